@@ -1,0 +1,105 @@
+/* deck.h: the input deck. A Fortran-namelist grammar (src/deck/namelist.c,
+ * which knows no fmhpc keys) and the key registry (src/deck/keys.def) that
+ * binds parsed values into a typed FmConfig, validates types and ranges, and
+ * prints `--help-deck` and the resolved deck. No MPI here: the caller (main)
+ * has rank 0 read the files and broadcast the text; every rank binds it. */
+#ifndef FMHPC_DECK_H
+#define FMHPC_DECK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef int64_t fm_deck_INT;
+typedef double fm_deck_REAL;
+typedef bool fm_deck_BOOL;
+typedef char *fm_deck_STR; /* owned by the config; never NULL after binding */
+
+/* FmConfig: one struct per group, one field per key: cfg.model.d_model,
+ * cfg.optim.betas[1] (with cfg.optim.betas_n values set). */
+typedef struct FmConfig {
+#define FM_GROUP(g, help) struct {
+#define FM_KEY(g, name, type, def, range, help) fm_deck_##type name;
+#define FM_KEYA(g, name, type, nmax, def, range, help) \
+  fm_deck_##type name[nmax];                           \
+  int name##_n;
+#define FM_END(g) \
+  }               \
+  g;
+#include "../../src/deck/keys.def"
+#undef FM_GROUP
+#undef FM_KEY
+#undef FM_KEYA
+#undef FM_END
+} FmConfig;
+
+/* Key ids: FM_KEY_model_d_model, ... in registry order. */
+enum {
+#define FM_GROUP(g, help)
+#define FM_KEY(g, name, type, def, range, help) FM_KEY_##g##_##name,
+#define FM_KEYA(g, name, type, nmax, def, range, help) FM_KEY_##g##_##name,
+#define FM_END(g)
+#include "../../src/deck/keys.def"
+#undef FM_GROUP
+#undef FM_KEY
+#undef FM_KEYA
+#undef FM_END
+  FM_NKEYS
+};
+
+/* Where a key's value came from: a deck file, a command-line override, or
+ * the registry default (file == NULL). */
+typedef struct FmOrigin {
+  const char *file; /* "inputs/llama2.in", "<command line>", or NULL */
+  int line, col;
+} FmOrigin;
+
+/* A source of deck text: a file's contents, or one command-line override
+ * ("optim%lr=3e-4"), which is parsed as `&optim lr=3e-4 /`. */
+typedef struct FmDeckSource {
+  const char *name; /* file name, or "<command line>" for an override */
+  const char *text;
+  bool is_override;
+} FmDeckSource;
+
+typedef struct FmDeck {
+  FmConfig c;
+  FmOrigin origin[FM_NKEYS];
+  char *sources_names; /* storage for origin file names */
+  int nwarnings;
+} FmDeck;
+
+/* Registry introspection (used by --help-deck, tests and checkpoints). */
+typedef enum { FM_TYPE_INT, FM_TYPE_REAL, FM_TYPE_BOOL, FM_TYPE_STR } FmKeyType;
+typedef struct FmKeyInfo {
+  const char *group, *name;
+  FmKeyType type;
+  int nmax; /* 1 for a scalar key */
+  const char *def, *range, *help;
+} FmKeyInfo;
+const FmKeyInfo *fm_deck_key_info(int key_id);
+int fm_deck_find_key(const char *group, const char *name); /* id or -1 */
+int fm_deck_ngroups(void);
+const char *fm_deck_group_name(int i);
+
+/* Fill every key with its default. */
+void fm_deck_init(FmDeck *d);
+/* Parse and bind sources in order (later ones override earlier ones). On an
+ * error, messages go to `err` (NULL: silent, for ranks other than 0) as
+ *   file:line:col: &group key: what was wrong
+ *   hint: did you mean 'lr'?
+ * and FM_EDECK is returned; all ranks binding the same text see the same
+ * result. Warnings (a repeated key) go to `err` and count in d->nwarnings. */
+int fm_deck_bind(FmDeck *d, int nsrc, const FmDeckSource *src, FILE *err);
+/* Cross-key rules (d_model % n_head, batch divisibility, ...), after bind. */
+int fm_deck_validate(const FmDeck *d, FILE *err);
+/* Report a rule broken by a key's value, at that key's origin. */
+void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* The resolved deck, defaults included, as a deck that can be run again. */
+void fm_deck_write(const FmDeck *d, FILE *out);
+/* `fmhpc --help-deck`: every group and key with type, default, range, help. */
+void fm_deck_help(FILE *out);
+void fm_deck_free(FmDeck *d);
+
+#endif

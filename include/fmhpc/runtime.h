@@ -1,0 +1,94 @@
+/* runtime.h: the process runtime. MPI init/finalize with the abort hook, the
+ * mesh (world = dp x tp, tp innermost; local rank -> GPU), and FmComm, the one
+ * collective interface every module uses (MPI on host buffers, NCCL on device
+ * buffers). Only runtime/ and the parallel-HDF5 code in data/ and ckpt/ touch
+ * MPI directly; only runtime/comm_nccl.c touches NCCL. */
+#ifndef FMHPC_RUNTIME_H
+#define FMHPC_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpi.h>
+
+#include "fmhpc/core.h"
+
+/* MPI_Init_thread (FUNNELED), logging rank, and MPI_Abort as the abort hook. */
+int fm_runtime_init(int *argc, char ***argv);
+void fm_runtime_finalize(void);
+int fm_world_rank(void);
+int fm_world_size(void);
+/* End the job on all ranks with a status every rank agrees on (the error was
+ * seen by all, e.g. a bad deck): finalize and exit(code) without MPI_Abort. */
+_Noreturn void fm_exit_all(int code);
+
+/* Element types (FmDType) are in core.h. Float sums are allowed only where
+ * bits don't matter (DESIGN section 6). */
+typedef enum { FM_OP_SUM, FM_OP_MAX, FM_OP_MIN, FM_OP_BOR } FmRedOp;
+
+typedef struct FmComm FmComm;
+typedef struct FmCommOps {
+  int (*bcast)(FmComm *c, void *buf, int64_t n, FmDType t, int root);
+  /* recv holds size*n elements, rank r's n at offset r*n. */
+  int (*allgather)(FmComm *c, const void *send, void *recv, int64_t n, FmDType t);
+  /* send holds size*n elements; rank r receives the reduction of block r. */
+  int (*reduce_scatter)(FmComm *c, const void *send, void *recv, int64_t n, FmDType t, FmRedOp op);
+  int (*allreduce)(FmComm *c, const void *send, void *recv, int64_t n, FmDType t, FmRedOp op);
+  int (*barrier)(FmComm *c);
+  void (*destroy)(FmComm *c);
+} FmCommOps;
+
+struct FmComm {
+  const FmCommOps *ops;
+  const char *kind; /* "mpi" or "nccl" */
+  int rank, size;
+  MPI_Comm mpi; /* the communicator it was built from (owned) */
+  void *impl;   /* backend state */
+};
+
+/* Wrap (duplicate) an MPI communicator. Host buffers. */
+FmComm *fm_comm_mpi_create(MPI_Comm comm);
+/* NCCL communicator over the same ranks, bootstrapped by broadcasting the
+ * ncclUniqueId over `comm`; device buffers on `device`. Returns NULL and sets
+ * *status to FM_EUNSUPPORTED (no CUDA build) or FM_ENODEV (no GPU). */
+FmComm *fm_comm_nccl_create(MPI_Comm comm, int device, int *status);
+
+static inline int fm_comm_bcast(FmComm *c, void *buf, int64_t n, FmDType t, int root) {
+  return c->ops->bcast(c, buf, n, t, root);
+}
+static inline int fm_comm_allgather(FmComm *c, const void *s, void *r, int64_t n, FmDType t) {
+  return c->ops->allgather(c, s, r, n, t);
+}
+static inline int fm_comm_reduce_scatter(FmComm *c, const void *s, void *r, int64_t n, FmDType t, FmRedOp op) {
+  return c->ops->reduce_scatter(c, s, r, n, t, op);
+}
+static inline int fm_comm_allreduce(FmComm *c, const void *s, void *r, int64_t n, FmDType t, FmRedOp op) {
+  return c->ops->allreduce(c, s, r, n, t, op);
+}
+static inline int fm_comm_barrier(FmComm *c) { return c->ops->barrier(c); }
+void fm_comm_destroy(FmComm *c);
+
+/* Broadcast a string (any length) from root; *s is replaced on other ranks
+ * with a malloc'd copy (free with free()). */
+int fm_comm_bcast_str(FmComm *c, char **s, int root);
+
+/* The mesh: world = dp x tp with tp innermost (a tp group sits inside a
+ * node). dp_rank/tp_rank are this rank's coordinates. */
+typedef struct FmMesh {
+  int world_rank, world_size;
+  int dp, tp;           /* degrees */
+  int dp_rank, tp_rank; /* coordinates */
+  int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED) */
+  int device;                 /* GPU index (local_rank mod devices), -1 for none */
+  FmComm *world, *dp_comm, *tp_comm;
+} FmMesh;
+
+/* Build the mesh over MPI_COMM_WORLD. Fails with FM_EINVAL (and a message on
+ * rank 0 to `err`) when tp does not divide the world or a tp group would
+ * cross a node. ndevices < 0 means "ask the backend". */
+int fm_mesh_create(FmMesh *m, int tp, int ndevices);
+/* The same layout computed for a hypothetical world (fmhpc --check --ranks). */
+int fm_mesh_plan(FmMesh *m, int world_size, int tp);
+void fm_mesh_destroy(FmMesh *m);
+
+#endif

@@ -1,0 +1,3 @@
+/* main.c: placeholder */
+#include "fmhpc/core.h"
+int main(void) { return 0; }

@@ -1,3 +1,166 @@
-/* main.c: placeholder */
+/* main.c: MPI_Init, read the decks on rank 0 and broadcast them, bind on
+ * every rank, build the mesh, dispatch &run task. Short on purpose: each task
+ * lives in its module. Exit status: 0 done, 1 runtime failure, 2 bad deck or
+ * command line (every rank agrees, so no rank is left hanging). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "fmhpc/core.h"
-int main(void) { return 0; }
+#include "fmhpc/deck.h"
+#include "fmhpc/runtime.h"
+#include "fmhpc/train.h"
+
+enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+
+typedef struct Args {
+  int check, help, help_deck, version;
+  int ranks; /* --ranks N: plan for N ranks instead of the real world */
+  int nsrc;
+  FmDeckSource *src; /* decks and overrides, in command-line order */
+} Args;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: fmhpc [options] DECK [DECK ...] ['group%%key=value' ...]\n"
+          "  Runs the task in &run of the decks (layered left to right; overrides last).\n"
+          "  mpirun -n 4 fmhpc inputs/gpt2_nano.in        srun -n 64 fmhpc inputs/llama2.in\n"
+          "options:\n"
+          "  --check        validate the decks, print the resolved deck and the plan\n"
+          "                 (parameters, memory per rank, FLOPs), and exit\n"
+          "  --ranks N      with --check: plan for N ranks instead of this job's\n"
+          "  --help-deck    every deck group and key with type, default, range and help\n"
+          "  --version      version and git revision\n"
+          "  --help         this text\n"
+          "exit status: 0 done, 1 runtime failure, 2 bad deck or command line\n");
+}
+
+/* An override is group%key=value; anything else is a deck file. */
+static int is_override(const char *a) {
+  const char *pct = strchr(a, '%'), *eq = strchr(a, '=');
+  return pct && eq && pct < eq;
+}
+
+static int parse_args(Args *a, int argc, char **argv, FILE *err) {
+  memset(a, 0, sizeof *a);
+  a->src = fm_xcalloc((size_t)argc, sizeof *a->src);
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--check")) a->check = 1;
+    else if (!strcmp(s, "--help") || !strcmp(s, "-h")) a->help = 1;
+    else if (!strcmp(s, "--help-deck")) a->help_deck = 1;
+    else if (!strcmp(s, "--version")) a->version = 1;
+    else if (!strcmp(s, "--ranks")) {
+      char *end = NULL;
+      long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
+      if (i + 1 >= argc || *end || v < 1 || v > 1 << 24) {
+        if (err) fprintf(err, "fmhpc: --ranks needs a positive rank count\n");
+        return FM_EINVAL;
+      }
+      a->ranks = (int)v;
+      i++;
+    } else if (s[0] == '-' && s[1] == '-') {
+      if (err) fprintf(err, "fmhpc: unknown option '%s'\nhint: fmhpc --help lists the options\n", s);
+      return FM_EINVAL;
+    } else {
+      a->src[a->nsrc].name = is_override(s) ? "<command line>" : s;
+      a->src[a->nsrc].text = s;
+      a->src[a->nsrc].is_override = is_override(s);
+      a->nsrc++;
+    }
+  }
+  if (a->ranks && !a->check) {
+    if (err) fprintf(err, "fmhpc: --ranks only makes sense with --check\n");
+    return FM_EINVAL;
+  }
+  return 0;
+}
+
+/* Rank 0 reads every deck file; the texts are broadcast so that all ranks
+ * bind identical input (a parallel file system may serve ranks different
+ * versions of a file being edited). Returns 0 on every rank or an error on
+ * every rank. */
+static int read_decks(Args *a, FmComm *world) {
+  int32_t status = 0;
+  for (int i = 0; i < a->nsrc; i++) {
+    if (a->src[i].is_override) continue;
+    char *text = NULL;
+    if (world->rank == 0) {
+      if (fm_read_file(a->src[i].name, &text, NULL) != 0) {
+        fprintf(stderr, "fmhpc: cannot read deck '%s': %s\nhint: check the path; decks ship in inputs/\n",
+                a->src[i].name, strerror(errno));
+        status = FM_EIO;
+      }
+    }
+    fm_comm_bcast(world, &status, 1, FM_DT_I32, 0);
+    if (status) return status;
+    fm_comm_bcast_str(world, &text, 0);
+    a->src[i].text = text;
+  }
+  return 0;
+}
+
+static int run_check(const FmDeck *deck, const Args *a, FmComm *world, FILE *out) {
+  FmPlan plan;
+  int nranks = a->ranks ? a->ranks : world->size;
+  int rc = fm_plan_make(&plan, deck, nranks, world->rank == 0 ? stderr : NULL);
+  if (rc) return rc;
+  if (!a->ranks) { /* the real layout: tp groups must sit inside a node */
+    FmMesh mesh;
+    rc = fm_mesh_create(&mesh, (int)deck->c.parallel.tp, -1);
+    if (rc) return rc;
+    if (world->rank == 0)
+      fprintf(out, "mesh       %d ranks, %d on rank 0's node, device %d on rank 0\n", mesh.world_size,
+              mesh.local_size, mesh.device);
+    fm_mesh_destroy(&mesh);
+  }
+  if (world->rank == 0) fm_plan_print(&plan, deck, out);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  fm_runtime_init(&argc, &argv);
+  FmComm *world = fm_comm_mpi_create(MPI_COMM_WORLD);
+  FILE *err = world->rank == 0 ? stderr : NULL;
+  Args a;
+  if (parse_args(&a, argc, argv, err)) fm_exit_all(EXIT_USAGE);
+  if (a.help || a.version || a.help_deck) {
+    if (world->rank == 0) {
+      if (a.help) usage(stdout);
+      if (a.version) printf("fmhpc %s (git %s)\n", FM_VERSION_STRING, FMHPC_GIT_REV);
+      if (a.help_deck) fm_deck_help(stdout);
+    }
+    fm_exit_all(0);
+  }
+  if (a.nsrc == 0) {
+    if (err) usage(err);
+    fm_exit_all(EXIT_USAGE);
+  }
+  if (read_decks(&a, world)) fm_exit_all(EXIT_USAGE);
+
+  FmDeck deck;
+  fm_deck_init(&deck);
+  if (fm_deck_bind(&deck, a.nsrc, a.src, err) || fm_deck_validate(&deck, err)) fm_exit_all(EXIT_USAGE);
+  const char *task = a.check ? "check" : deck.c.run.task;
+  if (world->rank == 0) {
+    printf("fmhpc %s (git %s) on %d rank%s: task '%s'\n", FM_VERSION_STRING, FMHPC_GIT_REV, world->size,
+           world->size == 1 ? "" : "s", task);
+    printf("== resolved deck ==\n");
+    fm_deck_write(&deck, stdout);
+    fflush(stdout);
+  }
+
+  int rc;
+  if (!strcmp(task, "check")) {
+    rc = run_check(&deck, &a, world, stdout);
+  } else {
+    if (err)
+      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check\n", task,
+              FM_VERSION_STRING);
+    rc = FM_EUNSUPPORTED;
+  }
+  fm_deck_free(&deck);
+  fm_comm_destroy(world);
+  fm_exit_all(rc == 0 ? 0 : (rc == FM_EDECK || rc == FM_EUNSUPPORTED || rc == FM_EINVAL) ? EXIT_USAGE
+                                                                                        : EXIT_RUNTIME);
+}

@@ -1,0 +1,39 @@
+/* train.h: the training task. For now the plan that `fmhpc --check` prints:
+ * parameter count from the model's tensor table, bytes per rank for weights,
+ * gradients, optimizer state and activations, and FLOPs per token and step,
+ * for a given rank count and the deck's parallel layout. */
+#ifndef FMHPC_TRAIN_H
+#define FMHPC_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fmhpc/deck.h"
+#include "fmhpc/model.h"
+#include "fmhpc/optim.h"
+
+typedef struct FmPlan {
+  const FmModelKind *model;
+  const FmOptimKind *optim;
+  FmModelDims dims;
+  int world, dp, tp;
+  int64_t n_params;      /* whole model, exact, from the tensor table */
+  int64_t n_params_rank; /* held by one rank after the tensor-parallel split */
+  int64_t micro_batches; /* M = global_batch / micro_batch */
+  int64_t tokens_per_step;
+  int compute_bytes; /* 4 (f32) or 2 (bf16) */
+  /* Bytes on one rank. */
+  double params;     /* the compute copy of the weights */
+  double master;     /* fp32 master shard (bf16 compute only) */
+  double grads;      /* one micro-batch's gradient, fp32 */
+  double grad_accum; /* accumulator: int64 fixed point (exact) or fp32 (fast) */
+  double optim_state;
+  double act, act_recompute; /* at the deck's micro-batch */
+  double flops_per_token, flops_per_step;
+} FmPlan;
+
+/* Build the plan for world_size ranks; deck-rule errors go to err. */
+int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err);
+void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out);
+
+#endif

@@ -1,0 +1,56 @@
+# cli.cmake: tests of the fmhpc command itself (label unit): --check plans,
+# one report from rank 0 under mpirun, clear failures on bad decks.
+set(FM_EXPECT ${CMAKE_CURRENT_LIST_DIR}/expect.cmake)
+set(FM_IN ${PROJECT_SOURCE_DIR}/inputs)
+set(FM_BAD ${PROJECT_SOURCE_DIR}/tests/decks)
+set(FM_MPI ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG})
+
+# fm_cli_test(name RC rc CMD ... [MATCH re ...] [NOMATCH re] [COUNT_RE re COUNT n])
+function(fm_cli_test name)
+  cmake_parse_arguments(A "" "RC;NOMATCH;COUNT_RE;COUNT" "CMD;MATCH" ${ARGN})
+  string(REPLACE ";" "\\;" cmd "${A_CMD}")
+  string(REPLACE ";" "\\;" match "${A_MATCH}")
+  set(args -DCMD=${cmd} -DRC=${A_RC} -DMATCH=${match})
+  if(DEFINED A_NOMATCH)
+    list(APPEND args -DNOMATCH=${A_NOMATCH})
+  endif()
+  if(DEFINED A_COUNT_RE)
+    list(APPEND args -DCOUNT_RE=${A_COUNT_RE} -DCOUNT=${A_COUNT})
+  endif()
+  add_test(NAME cli.${name} COMMAND ${CMAKE_COMMAND} ${args} -P ${FM_EXPECT})
+  set_tests_properties(cli.${name} PROPERTIES LABELS unit ENVIRONMENT "${FMHPC_TEST_ENV}" TIMEOUT 120)
+endfunction()
+
+# The flagship's exact parameter count, from the model's tensor table.
+fm_cli_test(check_flagship RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/llama_1p2b.in
+            MATCH "parameters 1,203,807,744" "== plan for 1 rank: dp 1 x tp 1 =="
+                  "== resolved deck ==" "d_model *= *1536")
+# Under mpirun -n 4: one report, from rank 0, and exit 0.
+fm_cli_test(check_flagship_np4 RC 0 CMD ${FM_MPI} 4 $<TARGET_FILE:fmhpc> --check ${FM_IN}/llama_1p2b.in
+            MATCH "== plan for 4 ranks: dp 4 x tp 1 ==" "parameters 1,203,807,744"
+            COUNT_RE "== plan for" COUNT 1)
+fm_cli_test(check_what_if_ranks RC 0 CMD $<TARGET_FILE:fmhpc> --check --ranks 64 ${FM_IN}/llama2.in
+            MATCH "== plan for 64 ranks: dp 8 x tp 8 ==" "parameters 6,738,415,616")
+fm_cli_test(check_gpt2_small RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_small.in
+            MATCH "parameters 124,439,808")
+foreach(deck gpt2_nano llama_nano)
+  fm_cli_test(check_${deck} RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/${deck}.in MATCH "== plan for 1 rank")
+endforeach()
+# dp must divide the micro-batch count: 128 micro-batches cannot go to 3 ranks.
+fm_cli_test(check_dp_not_dividing RC 2 CMD $<TARGET_FILE:fmhpc> --check --ranks 3 ${FM_IN}/llama_1p2b.in
+            MATCH "llama_1p2b.in:[0-9]+:[0-9]+: &train global_batch" "3 data-parallel ranks")
+# Overrides after the deck win, and land in the resolved deck.
+fm_cli_test(check_override RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/llama_1p2b.in model%n_layer=12
+            MATCH "n_layer *= *12" "parameters 755,504,640")
+fm_cli_test(help_deck RC 0 CMD $<TARGET_FILE:fmhpc> --help-deck MATCH "&model" "d_model" "&optim" "betas")
+fm_cli_test(version RC 0 CMD $<TARGET_FILE:fmhpc> --version MATCH "fmhpc [0-9]+\\.[0-9]+\\.[0-9]+")
+fm_cli_test(unknown_option RC 2 CMD $<TARGET_FILE:fmhpc> --frobnicate MATCH "unknown option '--frobnicate'")
+fm_cli_test(missing_deck RC 2 CMD $<TARGET_FILE:fmhpc> --check no/such/deck.in MATCH "cannot read deck 'no/such/deck.in'")
+# A bad deck fails on every rank with one message naming file:line:column.
+fm_cli_test(bad_deck_np2 RC 2 CMD ${FM_MPI} 2 $<TARGET_FILE:fmhpc> --check ${FM_BAD}/bad_key.in
+            MATCH "bad_key.in:5:3: &model" "n_heads" "did you mean 'n_head'"
+            COUNT_RE "bad_key.in:5:3" COUNT 1)
+fm_cli_test(bad_model_rule RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_BAD}/bad_heads.in
+            MATCH "bad_heads.in:4:3: &model n_head" "must divide d_model")
+fm_cli_test(bad_override RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in optim%lrr=1e-3
+            MATCH "<command line>" "lrr" "did you mean 'lr'")

@@ -1,0 +1,147 @@
+/* test_model.c: model tensor tables and the --check plan. Parameter counts
+ * are compared with the published sizes of the reference models (Hugging
+ * Face's GPT-2 124M, Meta's Llama-2-7B) and with the flagship's count worked
+ * out by hand in the issue; shapes with the HF architecture definitions. */
+#include "fm_test.h"
+#include "fmhpc/model.h"
+#include "fmhpc/train.h"
+
+/* Bind a deck file from inputs/ plus overrides; FM_OK or the bind status. */
+static int load(FmDeck *d, const char *deck, int nover, const char *const *over) {
+  char path[512], *text = NULL;
+  snprintf(path, sizeof path, "%s/inputs/%s", FMHPC_SOURCE_DIR, deck);
+  if (fm_read_file(path, &text, NULL)) return FM_EIO;
+  FmDeckSource src[8] = {{path, text, false}};
+  for (int i = 0; i < nover; i++) src[1 + i] = (FmDeckSource){"<command line>", over[i], true};
+  fm_deck_init(d);
+  int rc = fm_deck_bind(d, 1 + nover, src, stderr);
+  free(text);
+  return rc;
+}
+
+static int64_t count_params(const char *deck, int nover, const char *const *over) {
+  FmDeck d;
+  if (load(&d, deck, nover, over)) return -1;
+  FmModelDims dims;
+  const FmModelKind *k;
+  if (fm_model_dims(&dims, &k, &d, stderr)) return -2;
+  FmTensorTable tab;
+  fm_model_param_table(&tab, k, &dims);
+  int64_t n = tab.numel;
+  fm_table_free(&tab);
+  fm_deck_free(&d);
+  return n;
+}
+
+FM_TEST(flagship_param_count) { FM_EXPECT_EQ_INT(count_params("llama_1p2b.in", 0, NULL), 1203807744); }
+
+FM_TEST(gpt2_small_matches_hf) {
+  /* GPT2LMHeadModel("gpt2").num_parameters() = 124,439,808 (tied). */
+  FM_EXPECT_EQ_INT(count_params("gpt2_small.in", 0, NULL), 124439808);
+  /* Untied adds one V x C output matrix. */
+  const char *untie[] = {"model%tie_embeddings=F"};
+  FM_EXPECT_EQ_INT(count_params("gpt2_small.in", 1, untie), 124439808 + 50257LL * 768);
+}
+
+FM_TEST(llama2_7b_matches_meta) {
+  /* Llama-2-7b: 6,738,415,616 parameters (LlamaForCausalLM, untied). */
+  FM_EXPECT_EQ_INT(count_params("llama2.in", 0, NULL), 6738415616LL);
+}
+
+FM_TEST(llama_shapes_follow_hf) {
+  FmDeck d;
+  FM_REQUIRE(load(&d, "llama_1p2b.in", 0, NULL) == 0);
+  FmModelDims dims;
+  const FmModelKind *k;
+  FM_REQUIRE(fm_model_dims(&dims, &k, &d, stderr) == 0);
+  FmTensorTable tab;
+  fm_model_param_table(&tab, k, &dims);
+  const FmTensor *wk = fm_table_find(&tab, "h.attn.wk");
+  FM_REQUIRE(wk);
+  /* k_proj: out = num_key_value_heads * head_dim = 4 * 64, in = 1536. */
+  FM_EXPECT_EQ_INT(wk->ndim, 3);
+  FM_EXPECT_EQ_INT(wk->shape[0], 24);
+  FM_EXPECT_EQ_INT(wk->shape[1], 256);
+  FM_EXPECT_EQ_INT(wk->shape[2], 1536);
+  const FmTensor *down = fm_table_find(&tab, "h.mlp.w_down");
+  FM_REQUIRE(down);
+  FM_EXPECT_EQ_INT(down->shape[1], 1536);
+  FM_EXPECT_EQ_INT(down->shape[2], 6912);
+  FM_EXPECT(down->flags & FM_TF_RESIDUAL);
+  FM_EXPECT(fm_table_find(&tab, "lm_head") != NULL); /* untied */
+  /* Offsets are contiguous: each tensor starts where the previous ended. */
+  for (int i = 1; i < tab.n; i++) FM_EXPECT_EQ_INT(tab.t[i].offset, tab.t[i - 1].offset + tab.t[i - 1].numel);
+  fm_table_free(&tab);
+  fm_deck_free(&d);
+}
+
+FM_TEST(llama_default_ffn_rule) {
+  /* Llama's multiple_of=256 rule: C=4096 -> 11008; C=1536 -> 4096. */
+  const char *o1[] = {"model%d_ff=0"};
+  FmDeck d;
+  FM_REQUIRE(load(&d, "llama2.in", 1, o1) == 0);
+  FmModelDims dims;
+  FM_REQUIRE(fm_model_dims(&dims, NULL, &d, stderr) == 0);
+  FM_EXPECT_EQ_INT(dims.F, 11008);
+  fm_deck_free(&d);
+  FM_REQUIRE(load(&d, "llama_1p2b.in", 1, o1) == 0);
+  FM_REQUIRE(fm_model_dims(&dims, NULL, &d, stderr) == 0);
+  FM_EXPECT_EQ_INT(dims.F, 4096);
+  fm_deck_free(&d);
+}
+
+FM_TEST(plan_bytes_and_flops) {
+  FmDeck d;
+  FM_REQUIRE(load(&d, "llama_1p2b.in", 0, NULL) == 0);
+  FmPlan p;
+  FM_REQUIRE(fm_plan_make(&p, &d, 4, stderr) == 0);
+  const double N = 1203807744.0;
+  FM_EXPECT_EQ_INT(p.dp, 4);
+  FM_EXPECT_EQ_INT(p.micro_batches, 128);
+  FM_EXPECT_NEAR(p.params, N * 2, 0, 0);        /* bf16 compute copy */
+  FM_EXPECT_NEAR(p.master, N * 4 / 4, 0, 0);    /* fp32 master, 1/dp */
+  FM_EXPECT_NEAR(p.grad_accum, N * 8, 0, 0);    /* int64 accumulator */
+  FM_EXPECT_NEAR(p.optim_state, N * 8 / 4, 0, 0); /* AdamW m, v; 1/dp */
+  /* 6 x matmul params + 12 L (NH HS) T: matmul params exclude the embedding
+   * lookup and the norms. */
+  const double matmul = N - 100000.0 * 1536 - 1536.0 * (2 * 24 + 1);
+  FM_EXPECT_NEAR(p.flops_per_token, 6 * matmul + 12.0 * 24 * 1536 * 2048, 1e-12, 0);
+  FM_EXPECT_EQ_INT(p.tokens_per_step, 512 * 2048);
+  fm_deck_free(&d);
+}
+
+FM_TEST(activation_count_by_hand) {
+  /* A tiny GPT-2 whose activation count is worked out term by term:
+   * C=8, L=2, NH=2, F=32, V=16, T=4, b=1 -> BT=4. Per layer:
+   * ln1 4*(8+2)=40, qkv 4*24=96, attn out 32, lse 1*2*4=8, residual 32,
+   * ln2 40, fc + gelu 2*4*32=256, residual 32 -> 536. Outside: embeddings 32,
+   * lnf 40, losses 4, one vocab chunk 4*16=64 -> 140. */
+  const char *o[] = {"model%d_model=8", "model%n_layer=2", "model%n_head=2", "model%vocab_size=16",
+                     "model%seq_len=4"};
+  FmDeck d;
+  FM_REQUIRE(load(&d, "gpt2_nano.in", 5, o) == 0);
+  FmModelDims dims;
+  const FmModelKind *k;
+  FM_REQUIRE(fm_model_dims(&dims, &k, &d, stderr) == 0);
+  FM_EXPECT_EQ_INT(k->act_elems(&dims, 1, false), 2 * 536 + 140);
+  /* Recompute keeps the two layer inputs (2*32) and one live layer. */
+  FM_EXPECT_EQ_INT(k->act_elems(&dims, 1, true), 2 * 32 + 536 + 140);
+  fm_deck_free(&d);
+}
+
+FM_TEST(model_rules_name_the_key) {
+  const char *o[] = {"model%n_kv_head=5"}; /* 24 query heads over 5 KV heads */
+  FmDeck d;
+  FM_REQUIRE(load(&d, "llama_1p2b.in", 1, o) == 0);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *err = open_memstream(&buf, &len);
+  FmModelDims dims;
+  FM_EXPECT_EQ_INT(fm_model_dims(&dims, NULL, &d, err), FM_EDECK);
+  fclose(err);
+  FM_EXPECT_CONTAINS(buf, "<command line>");
+  FM_EXPECT_CONTAINS(buf, "n_kv_head");
+  FM_EXPECT_CONTAINS(buf, "must divide n_head = 24");
+  free(buf);
+  fm_deck_free(&d);
+}

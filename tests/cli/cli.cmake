@@ -54,3 +54,6 @@ fm_cli_test(bad_model_rule RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_BAD}/bad_h
             MATCH "bad_heads.in:4:3: &model n_head" "must divide d_model")
 fm_cli_test(bad_override RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in optim%lrr=1e-3
             MATCH "<command line>" "lrr" "did you mean 'lr'")
+# cmake --install, then `module load fmhpc` from the installed Tcl modulefile.
+add_test(NAME cli.install_and_module COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/install.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(cli.install_and_module PROPERTIES LABELS unit ENVIRONMENT "${FMHPC_TEST_ENV}" TIMEOUT 120)

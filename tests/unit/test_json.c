@@ -1,0 +1,114 @@
+/* test_json.c: the strict JSON reader against RFC 8259's rules: what it
+ * accepts (with exact decoded values) and what it rejects (with the place). */
+#include "fm_test.h"
+#include "fmhpc/core.h"
+#include "fmhpc/json.h"
+
+static int parse(FmJsonDoc *d, const char *s, FmJsonError *e) { return fm_json_parse(d, s, strlen(s), 0, e); }
+
+FM_TEST(json_values) {
+  FmJsonDoc d;
+  FmJsonError e;
+  FM_REQUIRE(parse(&d, " {\"a\": [1, -2.5e3, true, false, null], \"b\": {\"c\": \"x\"}, \"\": 0} ", &e) == 0);
+  const FmJson *a = fm_json_get(&d.root, "a");
+  FM_REQUIRE(a && a->type == FM_JSON_ARR && a->n == 5);
+  FM_EXPECT(a->items[0].is_int && a->items[0].i == 1);
+  FM_EXPECT(!a->items[1].is_int);
+  FM_EXPECT_NEAR(a->items[1].num, -2500.0, 0, 0);
+  FM_EXPECT(a->items[2].type == FM_JSON_BOOL && a->items[2].b);
+  FM_EXPECT(a->items[3].type == FM_JSON_BOOL && !a->items[3].b);
+  FM_EXPECT(a->items[4].type == FM_JSON_NULL);
+  FM_EXPECT_EQ_STR(fm_json_get(fm_json_get(&d.root, "b"), "c")->s, "x");
+  FM_EXPECT(fm_json_get(&d.root, "") != NULL);
+  FM_EXPECT(fm_json_get(&d.root, "zz") == NULL);
+  FM_EXPECT_EQ_STR(d.root.keys[1], "b"); /* document order kept */
+  fm_json_free(&d);
+}
+
+FM_TEST(json_int64_exact) {
+  /* 2^53 + 1 is not a double; safetensors offsets must still be exact. */
+  FmJsonDoc d;
+  FM_REQUIRE(parse(&d, "[9007199254740993, 9223372036854775807, 99999999999999999999]", NULL) == 0);
+  FM_EXPECT(d.root.items[0].is_int);
+  FM_EXPECT_EQ_INT(d.root.items[0].i, 9007199254740993LL);
+  FM_EXPECT_EQ_INT(d.root.items[1].i, INT64_MAX);
+  FM_EXPECT(!d.root.items[2].is_int); /* overflows int64: a number, not an exact int */
+  fm_json_free(&d);
+}
+
+FM_TEST(json_string_escapes) {
+  FmJsonDoc d;
+  /* \u00e9 = é (C3 A9), \ud83d\ude00 = U+1F600 (F0 9F 98 80), \u0000 keeps its NUL. */
+  FM_REQUIRE(parse(&d, "\"a\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\\ud83d\\ude00\\u0000z\"", NULL) == 0);
+  const char want[] = "a\"\\/\b\f\n\r\t\xc3\xa9\xf0\x9f\x98\x80\0z";
+  FM_EXPECT_EQ_INT(d.root.len, sizeof want - 1);
+  FM_EXPECT(memcmp(d.root.s, want, sizeof want - 1) == 0);
+  fm_json_free(&d);
+  /* Raw UTF-8 passes through unchanged. */
+  FM_REQUIRE(parse(&d, "\"\xce\xb1\xce\xb2 \xe2\x82\xac\"", NULL) == 0);
+  FM_EXPECT_EQ_STR(d.root.s, "\xce\xb1\xce\xb2 \xe2\x82\xac");
+  fm_json_free(&d);
+}
+
+static void expect_error(const char *text, int line, int col, const char *msg) {
+  FmJsonDoc d;
+  FmJsonError e;
+  memset(&e, 0, sizeof e);
+  int rc = fm_json_parse(&d, text, strlen(text), 8, &e);
+  FM_EXPECT_EQ_INT(rc, FM_EFORMAT);
+  FM_EXPECT_EQ_INT(e.line, line);
+  FM_EXPECT_EQ_INT(e.col, col);
+  FM_EXPECT_CONTAINS(e.msg, msg);
+}
+
+FM_TEST(json_rejects_with_place) {
+  expect_error("{\"a\": 1,}", 1, 9, "trailing comma");
+  expect_error("[1, 2", 1, 6, "',' or ']' expected");
+  expect_error("{\n  \"a\" 1}", 2, 7, "':' expected");
+  expect_error("[01]", 1, 2, "leading zero");
+  expect_error("[1.]", 1, 4, "digit expected after '.'");
+  expect_error("\"abc", 1, 1, "unterminated string");
+  expect_error("\"a\tb\"", 1, 3, "control character");
+  expect_error("\"\\ud800x\"", 1, 2, "lone high surrogate");
+  expect_error("\"\\udc00\"", 1, 2, "lone low surrogate");
+  expect_error("\"\\q\"", 1, 2, "bad escape");
+  expect_error("\"\xc3\x28\"", 1, 2, "invalid UTF-8");
+  expect_error("\"\xed\xa0\x80\"", 1, 2, "invalid UTF-8"); /* encoded surrogate */
+  expect_error("\"\xc0\xaf\"", 1, 2, "invalid UTF-8");     /* overlong '/' */
+  expect_error("[1] x", 1, 5, "unexpected text after");
+  expect_error("tru", 1, 1, "unexpected character");
+  expect_error("[[[[[[[[[[1]]]]]]]]]]", 1, 9, "nesting deeper than 8");
+  expect_error("", 1, 1, "end of input");
+}
+
+FM_TEST(json_write_roundtrip) {
+  const char raw[] = "q\"b\\s\n\x01\xc3\xa9";
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  fm_json_write_str(f, raw, sizeof raw - 1);
+  fclose(f);
+  FM_EXPECT_EQ_STR(buf, "\"q\\\"b\\\\s\\n\\u0001\xc3\xa9\"");
+  FmJsonDoc d;
+  FM_REQUIRE(fm_json_parse(&d, buf, len, 0, NULL) == 0);
+  FM_EXPECT_EQ_INT(d.root.len, sizeof raw - 1);
+  FM_EXPECT(memcmp(d.root.s, raw, sizeof raw - 1) == 0);
+  fm_json_free(&d);
+  free(buf);
+}
+
+FM_TEST(json_large_document) {
+  /* A merges-list shape: 200k two-string arrays in one arena. */
+  FmStr s;
+  fm_str_init(&s);
+  fm_str_cat(&s, "{\"merges\": [");
+  for (int i = 0; i < 200000; i++) fm_str_printf(&s, "%s[\"t%d\", \"u%d\"]", i ? "," : "", i, i);
+  fm_str_cat(&s, "]}");
+  FmJsonDoc d;
+  FM_REQUIRE(fm_json_parse(&d, s.s, s.len, 0, NULL) == 0);
+  const FmJson *m = fm_json_get(&d.root, "merges");
+  FM_REQUIRE(m && m->n == 200000);
+  FM_EXPECT_EQ_STR(m->items[123456].items[1].s, "u123456");
+  fm_json_free(&d);
+  fm_str_free(&s);
+}

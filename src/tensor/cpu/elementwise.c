@@ -1,0 +1,68 @@
+/* cpu/elementwise.c: the CPU elementwise ops, each a loop over the shared
+ * body in ../elementwise.h (the readable specification the CUDA kernels are
+ * tested against). Loops are OpenMP-parallel above a size where threads pay
+ * off; every element is independent, so the result does not depend on the
+ * thread count. No `simd` clause on loops that call expf: a vector math
+ * library could change expf's bits between vectorised and scalar elements. */
+#include "fmhpc/tensor.h"
+
+#include "../elementwise.h"
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define FM_CPU_OMP_MIN ((int64_t)1 << 15)
+
+void fm_cpu_gelu_fwd(float *out, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = fm_gelu_fwd(x[i]);
+}
+
+void fm_cpu_gelu_bwd(float *dx, const float *dout, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) dx[i] = fm_gelu_bwd(dout[i], x[i]);
+}
+
+void fm_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = fm_swiglu_fwd(gate[i], up[i]);
+}
+
+void fm_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) {
+    float dg, du;
+    fm_swiglu_bwd(&dg, &du, dout[i], gate[i], up[i]);
+    dgate[i] = dg; /* through locals: dgate or dup may alias an input */
+    dup[i] = du;
+  }
+}
+
+void fm_cpu_add(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = fm_add2(a[i], b[i]);
+}
+
+void fm_cpu_scale(float *x, float s, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) x[i] = fm_scale1(x[i], s);
+}
+
+void fm_cpu_cast_f32_to_bf16(uint16_t *out, const float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = fm_f32_to_bf16(x[i]);
+}
+
+void fm_cpu_cast_bf16_to_f32(float *out, const uint16_t *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) out[i] = fm_bf16_to_f32(x[i]);
+}
+
+void fm_cpu_round_bf16(float *x, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) x[i] = fm_round_bf16(x[i]);
+}
+
+void fm_cpu_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1, float beta2,
+                         float eps, float weight_decay, float bc1, float bc2) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) fm_adamw(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+}

@@ -1,0 +1,35 @@
+/* cpu/memory.c: the CPU backend's memory ops. Backend memory is host memory,
+ * so alloc is an aligned malloc and every copy direction is memcpy; there is
+ * no queue, so synchronize has nothing to wait for. */
+/* posix_memalign; the build defines it too, this keeps the file self-contained. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmhpc/tensor.h"
+
+/* 64 bytes: one cache line, and the widest vector loads (AVX-512). */
+#define FM_CPU_ALIGN 64
+
+void *fm_cpu_alloc(int64_t bytes) {
+  if (bytes < 0) fm_abort_one(1, "fm_cpu_alloc: negative size %lld", (long long)bytes);
+  if (bytes == 0) return NULL;
+  void *p = NULL;
+  if (posix_memalign(&p, FM_CPU_ALIGN, (size_t)bytes) != 0)
+    fm_abort_one(1, "out of memory allocating %lld bytes (cpu backend)", (long long)bytes);
+  return p;
+}
+
+void fm_cpu_free(void *p) { free(p); }
+
+void fm_cpu_memset(void *p, int value, int64_t bytes) {
+  if (bytes > 0) memset(p, value, (size_t)bytes);
+}
+
+void fm_cpu_copy(void *dst, const void *src, int64_t bytes) {
+  if (bytes > 0 && dst != src) memcpy(dst, src, (size_t)bytes);
+}
+
+void fm_cpu_synchronize(void) {}

@@ -1,0 +1,88 @@
+/* cuda/elementwise.cu: the CUDA elementwise ops: one grid-stride kernel per op
+ * over the body the CPU uses (../elementwise.h), and its host wrapper
+ * fm_cuda_<op> with the CPU op's parameters. Kernels run on the backend's
+ * stream; each launch is checked. The bodies use explicitly rounded
+ * intrinsics (__fadd_rn, __fmul_rn, ...), so add, scale, the bf16 casts and
+ * AdamW give the CPU's bits; GELU and SwiGLU differ only through expf (see
+ * tests/kernels/test_cuda_ops.c for the tolerance). No atomics: every thread
+ * writes only its own elements. */
+#include "cuda_common.cuh"
+
+#include "../elementwise.h"
+
+/* ---- kernels ------------------------------------------------------------- */
+static __global__ void fm__gelu_fwd_kernel(float *out, const float *x, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) out[i] = fm_gelu_fwd(x[i]);
+}
+static __global__ void fm__gelu_bwd_kernel(float *dx, const float *dout, const float *x, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) dx[i] = fm_gelu_bwd(dout[i], x[i]);
+}
+static __global__ void fm__swiglu_fwd_kernel(float *out, const float *gate, const float *up, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) out[i] = fm_swiglu_fwd(gate[i], up[i]);
+}
+static __global__ void fm__swiglu_bwd_kernel(float *dgate, float *dup, const float *dout, const float *gate,
+                                             const float *up, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) {
+    float dg, du;
+    fm_swiglu_bwd(&dg, &du, dout[i], gate[i], up[i]);
+    dgate[i] = dg; /* through locals: dgate or dup may alias an input */
+    dup[i] = du;
+  }
+}
+static __global__ void fm__add_kernel(float *out, const float *a, const float *b, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) out[i] = fm_add2(a[i], b[i]);
+}
+static __global__ void fm__scale_kernel(float *x, float s, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) x[i] = fm_scale1(x[i], s);
+}
+static __global__ void fm__cast_f32_to_bf16_kernel(uint16_t *out, const float *x, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) out[i] = fm_f32_to_bf16(x[i]);
+}
+static __global__ void fm__cast_bf16_to_f32_kernel(float *out, const uint16_t *x, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) out[i] = fm_bf16_to_f32(x[i]);
+}
+static __global__ void fm__round_bf16_kernel(float *x, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) x[i] = fm_round_bf16(x[i]);
+}
+static __global__ void fm__adamw_kernel(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
+                                        float beta2, float eps, float weight_decay, float bc1, float bc2) {
+  FM__CUDA_FOR_EACH(i, n) fm_adamw(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+}
+
+/* ---- host wrappers --------------------------------------------------------- */
+/* n <= 0 launches nothing (a zero-block grid is a launch error). */
+#define FM__LAUNCH(kernel, n, ...)                                                   \
+  do {                                                                               \
+    if ((n) <= 0) return;                                                            \
+    kernel<<<fm__cuda_grid(n), FM__CUDA_BLOCK, 0, fm__cuda_stream()>>>(__VA_ARGS__); \
+    FM_CHECK_CUDA(cudaGetLastError());                                               \
+  } while (0)
+
+extern "C" void fm_cuda_gelu_fwd(float *out, const float *x, int64_t n) {
+  FM__LAUNCH(fm__gelu_fwd_kernel, n, out, x, n);
+}
+extern "C" void fm_cuda_gelu_bwd(float *dx, const float *dout, const float *x, int64_t n) {
+  FM__LAUNCH(fm__gelu_bwd_kernel, n, dx, dout, x, n);
+}
+extern "C" void fm_cuda_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n) {
+  FM__LAUNCH(fm__swiglu_fwd_kernel, n, out, gate, up, n);
+}
+extern "C" void fm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                   int64_t n) {
+  FM__LAUNCH(fm__swiglu_bwd_kernel, n, dgate, dup, dout, gate, up, n);
+}
+extern "C" void fm_cuda_add(float *out, const float *a, const float *b, int64_t n) {
+  FM__LAUNCH(fm__add_kernel, n, out, a, b, n);
+}
+extern "C" void fm_cuda_scale(float *x, float s, int64_t n) { FM__LAUNCH(fm__scale_kernel, n, x, s, n); }
+extern "C" void fm_cuda_cast_f32_to_bf16(uint16_t *out, const float *x, int64_t n) {
+  FM__LAUNCH(fm__cast_f32_to_bf16_kernel, n, out, x, n);
+}
+extern "C" void fm_cuda_cast_bf16_to_f32(float *out, const uint16_t *x, int64_t n) {
+  FM__LAUNCH(fm__cast_bf16_to_f32_kernel, n, out, x, n);
+}
+extern "C" void fm_cuda_round_bf16(float *x, int64_t n) { FM__LAUNCH(fm__round_bf16_kernel, n, x, n); }
+extern "C" void fm_cuda_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
+                                     float beta2, float eps, float weight_decay, float bc1, float bc2) {
+  FM__LAUNCH(fm__adamw_kernel, n, w, m, v, g, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+}

@@ -1,0 +1,177 @@
+/* elementwise.h: the one body of every elementwise op, shared by the CPU loops
+ * (src/tensor/cpu/elementwise.c) and the CUDA kernels (src/tensor/cuda/
+ * elementwise.cu): GELU (tanh approximation) and SwiGLU forward/backward,
+ * bf16 <-> fp32, AdamW, residual add, scale. Private to src/tensor/; the
+ * public interface is FmBackend (include/fmhpc/backend.h).
+ *
+ * Bits. Every + - * / and sqrt goes through fm_addf/fm_subf/fm_mulf/fm_divf/
+ * fm_sqrtf. On the host they are the plain operators (the CPU build uses
+ * -ffp-contract=off, so nothing is fused into an FMA); on the device they are
+ * the explicitly rounded intrinsics (__fadd_rn, __fmul_rn, ...), which nvcc
+ * never contracts into FMAs and which stay IEEE round-to-nearest even under
+ * --use_fast_math. So an op built only from these (add, scale, casts, AdamW)
+ * gives the same bits on CPU and GPU. Ops that call expf (GELU, SwiGLU) differ
+ * by the libraries' expf: glibc's is within about 0.5 ulp, CUDA's within 2 ulp
+ * (CUDA C Programming Guide, "Mathematical Functions"); tests/kernels states
+ * the resulting tolerance. */
+#ifndef FMHPC_TENSOR_ELEMENTWISE_H
+#define FMHPC_TENSOR_ELEMENTWISE_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__CUDACC__)
+#define FM_HD __host__ __device__
+#else
+#define FM_HD
+#endif
+
+/* ---- correctly rounded arithmetic, never contracted ------------------------ */
+FM_HD static inline float fm_addf(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+FM_HD static inline float fm_subf(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+FM_HD static inline float fm_mulf(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+FM_HD static inline float fm_divf(float a, float b) {
+#ifdef __CUDA_ARCH__
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+FM_HD static inline float fm_sqrtf(float a) {
+#ifdef __CUDA_ARCH__
+  return __fsqrt_rn(a);
+#else
+  return sqrtf(a); /* IEEE 754 requires sqrt to be correctly rounded */
+#endif
+}
+
+/* ---- bit views ----------------------------------------------------------- */
+FM_HD static inline uint32_t fm_f32_bits(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+FM_HD static inline float fm_bits_f32(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+/* ---- bf16 ---------------------------------------------------------------- */
+/* fp32 -> bf16, round to nearest, ties to even, as torch's c10::BFloat16
+ * round_to_nearest_even: add 0x7FFF plus the lowest kept bit, then truncate.
+ * Finite values past the largest bf16 round to Inf (correct RNE, not a
+ * saturation); Inf stays Inf; every NaN becomes the canonical quiet NaN 0x7FC0
+ * (the carry could otherwise turn a NaN payload into Inf). */
+FM_HD static inline uint16_t fm_f32_to_bf16(float x) {
+  uint32_t u = fm_f32_bits(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)0x7FC0u;
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+/* bf16 -> fp32 is exact: bf16 is the top half of an fp32. */
+FM_HD static inline float fm_bf16_to_f32(uint16_t h) { return fm_bits_f32((uint32_t)h << 16); }
+FM_HD static inline float fm_round_bf16(float x) { return fm_bf16_to_f32(fm_f32_to_bf16(x)); }
+
+/* ---- sigmoid, for GELU and SiLU ------------------------------------------- */
+/* s = sigmoid(z) and *ds = s*(1-s) from one exp of -|z|. Written this way, no
+ * exp overflows, and neither s for z << 0 nor 1-s for z >> 0 is formed by
+ * cancellation: 0.5*(1+tanh(u)) loses every digit of gelu(x) once tanh(u)
+ * rounds to -1 (about x < -5.1); a = exp(-|z|) in (0, 1] keeps them. */
+FM_HD static inline float fm_sigmoid_d(float z, float *ds) {
+  float a = expf(-fabsf(z));
+  float d = fm_addf(1.0f, a);
+  *ds = fm_divf(a, fm_mulf(d, d));
+  return z >= 0.0f ? fm_divf(1.0f, d) : fm_divf(a, d); /* NaN z: a is NaN, so is s */
+}
+
+/* ---- GELU, tanh approximation (GPT-2; torch gelu(approximate='tanh')) ------ */
+/* gelu(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3).
+ * Since 0.5 (1 + tanh(u)) = sigmoid(2u), we compute x * sigmoid(2u): the same
+ * function, better conditioned for x < 0 (see fm_sigmoid_d). */
+#define FM_GELU_2BETA  1.5957691216057308f /* 2 sqrt(2/pi) */
+#define FM_GELU_KAPPA  0.044715f
+#define FM_GELU_3KAPPA 0.134145f
+
+FM_HD static inline float fm_gelu_z(float x) { /* z = 2u */
+  float x3 = fm_mulf(fm_mulf(x, x), x);
+  return fm_mulf(FM_GELU_2BETA, fm_addf(x, fm_mulf(FM_GELU_KAPPA, x3)));
+}
+FM_HD static inline float fm_gelu_fwd(float x) {
+  float sd;
+  return fm_mulf(x, fm_sigmoid_d(fm_gelu_z(x), &sd));
+}
+/* d gelu / dx = s + x s(1-s) dz/dx, dz/dx = 2 sqrt(2/pi) (1 + 3*0.044715 x^2).
+ * Where s(1-s) underflows to 0 the second term is exactly 0; skipping it avoids
+ * 0 * Inf = NaN when x^2 overflows (|x| > 1.8e19). */
+FM_HD static inline float fm_gelu_bwd(float dout, float x) {
+  float sd;
+  float s = fm_sigmoid_d(fm_gelu_z(x), &sd);
+  float dz = fm_mulf(FM_GELU_2BETA, fm_addf(1.0f, fm_mulf(FM_GELU_3KAPPA, fm_mulf(x, x))));
+  float g = sd == 0.0f ? s : fm_addf(s, fm_mulf(fm_mulf(x, sd), dz));
+  return fm_mulf(dout, g);
+}
+
+/* ---- SwiGLU: out = silu(gate) * up, silu(g) = g sigmoid(g) (Llama MLP) ---- */
+FM_HD static inline float fm_swiglu_fwd(float gate, float up) {
+  float sd;
+  return fm_mulf(fm_mulf(gate, fm_sigmoid_d(gate, &sd)), up);
+}
+/* dgate = dout * up * silu'(g), silu'(g) = s + g s(1-s); dup = dout * silu(g). */
+FM_HD static inline void fm_swiglu_bwd(float *dgate, float *dup, float dout, float gate, float up) {
+  float sd;
+  float s = fm_sigmoid_d(gate, &sd);
+  float dsilu = fm_addf(s, fm_mulf(gate, sd));
+  *dgate = fm_mulf(fm_mulf(dout, up), dsilu);
+  *dup = fm_mulf(dout, fm_mulf(gate, s));
+}
+
+/* ---- residual add, scale ------------------------------------------------- */
+FM_HD static inline float fm_add2(float a, float b) { return fm_addf(a, b); }
+FM_HD static inline float fm_scale1(float x, float s) { return fm_mulf(x, s); }
+
+/* ---- AdamW (Loshchilov & Hutter; torch.optim.AdamW's update) --------------- */
+/* bc1 = 1 - beta1^t, bc2 = 1 - beta2^t are computed once per step by the
+ * caller (in double, then rounded), so every element and both backends see
+ * the same values. Weight decay uses w before this step's update, decoupled
+ * from the moment estimates. */
+FM_HD static inline void fm_adamw(float *w, float *m, float *v, float g, float lr, float beta1, float beta2, float eps,
+                                  float weight_decay, float bc1, float bc2) {
+  float mi = fm_addf(fm_mulf(beta1, *m), fm_mulf(fm_subf(1.0f, beta1), g));
+  float vi = fm_addf(fm_mulf(beta2, *v), fm_mulf(fm_subf(1.0f, beta2), fm_mulf(g, g)));
+  float mhat = fm_divf(mi, bc1);
+  float vhat = fm_divf(vi, bc2);
+  float step = fm_addf(fm_divf(mhat, fm_addf(fm_sqrtf(vhat), eps)), fm_mulf(weight_decay, *w));
+  *w = fm_subf(*w, fm_mulf(lr, step));
+  *m = mi;
+  *v = vi;
+}
+
+#endif

@@ -1,0 +1,429 @@
+/* test_cuda_ops.c: each CUDA op (through the "cuda" FmBackend table) against
+ * the CPU op on the same inputs, at a stated tolerance:
+ *   bitwise: add, scale, bf16 casts, round_bf16, AdamW, memory ops. Their
+ *     shared bodies use only correctly rounded + - * / sqrt (explicit
+ *     __fadd_rn etc. on the device, -ffp-contract=off on the host).
+ *   GELU, SwiGLU: the bodies share every bit up to expf, where glibc is within
+ *     ~0.5 ulp and CUDA within 2 ulp, so the two exps differ by <= 3 ulp.
+ *     Following that through the shared arithmetic (one more rounding each
+ *     step) bounds forward outputs by 7.5 eps relative (SwiGLU 8.5 eps): we
+ *     allow 10 eps |cpu|. Backward outputs sum two terms that cancel (gelu'
+ *     crosses 0 near x = -0.75), so their bound, 14 eps, is relative to the
+ *     terms' magnitude |dout| (s + |x s(1-s) dz/dx|): we allow 16 eps of it.
+ *     Results whose exp is subnormal get 8 subnormal steps times (1 + |x|).
+ * Every case skips (exit 77) when the build has no CUDA, or cudaGetDeviceCount
+ * returns an error (no driver: error 35) or no device. */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fm_test.h"
+#include "fmhpc/tensor.h"
+
+#ifdef FMHPC_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define EPS                ((double)FLT_EPSILON)
+#define SUBNORMAL_FLOOR(x) (8.0 * 0x1p-149 * (1.0 + fabs((double)(x))))
+#define GELU_2BETA         1.5957691216057308 /* 2 sqrt(2/pi) */
+#define GELU_KAPPA         0.044715
+
+/* The skip decision: the return code of cudaGetDeviceCount, then the count. */
+static const FmBackend *cuda_or_skip(void) {
+#ifndef FMHPC_HAVE_CUDA
+  fm_test_skip("no CUDA device: this build has no CUDA backend (FMHPC_CUDA=OFF or no nvcc)");
+#else
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    char why[256];
+    snprintf(why, sizeof why, "no CUDA device: cudaGetDeviceCount returned %d (%s)", (int)e, cudaGetErrorString(e));
+    fm_test_skip(why);
+  }
+  if (count == 0) fm_test_skip("no CUDA device: cudaGetDeviceCount found 0 devices");
+  int st = 0;
+  const FmBackend *b = fm_backend_get("cuda", &st);
+  if (!b) {
+    FM__FAIL("a device answers but fm_backend_get(\"cuda\") failed: %s", fm_strerror(st));
+    exit(1);
+  }
+  return b;
+#endif
+}
+
+/* ---- helpers ------------------------------------------------------------------ */
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+static uint64_t rng_next(void) { /* splitmix64 */
+  uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+static double rng_uniform(double lo, double hi) { return lo + (hi - lo) * (double)(rng_next() >> 11) * 0x1p-53; }
+static float *host_f32(int64_t n) { return fm_xmalloc((size_t)n * sizeof(float)); }
+static void fill_uniform(float *x, int64_t n, double lo, double hi) {
+  for (int64_t i = 0; i < n; i++) x[i] = (float)rng_uniform(lo, hi);
+}
+/* Specials at the front: zeros, infinities, NaN, values whose sigmoid is 0 or 1. */
+static void put_specials(float *x) {
+  const float sp[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 40.0f, -40.0f, 1e20f, -1e20f, 1e-30f, -1e-30f};
+  memcpy(x, sp, sizeof sp);
+}
+static void *to_device(const FmBackend *g, const void *h, int64_t bytes) {
+  void *d = g->alloc(bytes);
+  g->copy_to_device(d, h, bytes);
+  return d;
+}
+static void *from_device(const FmBackend *g, const void *d, int64_t bytes) {
+  void *h = fm_xmalloc((size_t)bytes);
+  g->copy_to_host(h, d, bytes);
+  return h;
+}
+/* Same value: equal, or both NaN, or within tol. */
+static int close_to(float gpu, float cpu, double tol) {
+  if (isnan(cpu) || isnan(gpu)) return isnan(cpu) && isnan(gpu);
+  if (isinf(cpu) || isinf(gpu)) return gpu == cpu;
+  return fabs((double)gpu - (double)cpu) <= tol;
+}
+static int64_t count_bit_diffs(const void *a, const void *b, int64_t n, int64_t elem) {
+  const uint8_t *p = a, *q = b;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (memcmp(p + i * elem, q + i * elem, (size_t)elem) != 0) bad++;
+  return bad;
+}
+#define REPORT_FIRST(bad, ...)              \
+  do {                                      \
+    if ((bad)++ < 5) FM__FAIL(__VA_ARGS__); \
+  } while (0)
+
+/* 2^20 + 3: not a multiple of the block size, one full grid pass and a tail. */
+#define N_ELEM (((int64_t)1 << 20) + 3)
+
+/* Slots from alloc to the end of the table that hold NULL (every field after
+ * `alloc` is a function pointer): a NULL op would crash a step, not a test. */
+static int null_ops(const FmBackend *b) {
+  const unsigned char *p = (const unsigned char *)&b->alloc, *end = (const unsigned char *)(b + 1);
+  int nulls = 0;
+  for (; p + sizeof(void (*)(void)) <= end; p += sizeof(void (*)(void))) {
+    void (*f)(void);
+    memcpy(&f, p, sizeof f);
+    if (!f) nulls++;
+  }
+  return nulls;
+}
+
+/* ---- table and memory -------------------------------------------------------------- */
+FM_TEST(cuda_backend_table) {
+  const FmBackend *g = cuda_or_skip();
+  FM_EXPECT_EQ_STR(g->name, "cuda");
+  FM_EXPECT(!g->host_accessible);
+  FM_EXPECT_EQ_INT(null_ops(g), 0);
+  int st = 1;
+  FM_EXPECT(fm_backend_get("auto", &st) == g);
+  FM_EXPECT_EQ_INT(st, 0);
+}
+
+FM_TEST(cuda_memory_ops) {
+  const FmBackend *g = cuda_or_skip();
+  FM_EXPECT(g->alloc(0) == NULL);
+  g->free(NULL);
+  enum { N = 100003 };
+  uint8_t *host = fm_xmalloc(N), *want = fm_xmalloc(N);
+  for (int i = 0; i < N; i++) host[i] = (uint8_t)(rng_next() >> 56);
+  uint8_t *a = to_device(g, host, N), *b = g->alloc(N);
+  g->copy(b, a, N);
+  g->memset(b + 7, 0x5A, 1001); /* odd offset and length */
+  g->synchronize();
+  uint8_t *back = from_device(g, b, N);
+  memcpy(want, host, N);
+  memset(want + 7, 0x5A, 1001);
+  FM_EXPECT(memcmp(back, want, N) == 0);
+  g->free(a);
+  g->free(b);
+  free(host);
+  free(want);
+  free(back);
+}
+
+/* ---- GELU, SwiGLU ------------------------------------------------------------------ */
+FM_TEST(gelu_fwd_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM, nb = n * 4;
+  float *x = host_f32(n), *cpu = host_f32(n);
+  fill_uniform(x, n, -12.0, 12.0);
+  put_specials(x);
+  fm_cpu_gelu_fwd(cpu, x, n);
+  float *dx = to_device(g, x, nb), *dy = g->alloc(nb);
+  g->gelu_fwd(dy, dx, n);
+  float *gpu = from_device(g, dy, nb);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!close_to(gpu[i], cpu[i], 10.0 * EPS * fabs(cpu[i]) + SUBNORMAL_FLOOR(x[i])))
+      REPORT_FIRST(bad, "gelu(%.9g): cuda %.9g cpu %.9g", x[i], gpu[i], cpu[i]);
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(dx);
+  g->free(dy);
+  free(x);
+  free(cpu);
+  free(gpu);
+}
+
+/* |dout| (s + |x s(1-s) dz/dx|) in float64: the scale of gelu_bwd's rounding. */
+static double gelu_bwd_scale(float dout, float x) {
+  double xd = x, z = GELU_2BETA * (xd + GELU_KAPPA * xd * xd * xd);
+  double s = 1.0 / (1.0 + exp(-z)), sd = s * (1.0 - s);
+  double t = fabs(xd * sd * GELU_2BETA * (1.0 + 3.0 * GELU_KAPPA * xd * xd));
+  return fabs((double)dout) * (s + (isnan(t) ? 0.0 : t));
+}
+
+FM_TEST(gelu_bwd_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM, nb = n * 4;
+  float *x = host_f32(n), *dout = host_f32(n), *cpu = host_f32(n);
+  fill_uniform(x, n, -12.0, 12.0);
+  put_specials(x);
+  fill_uniform(dout, n, -2.0, 2.0);
+  fm_cpu_gelu_bwd(cpu, dout, x, n);
+  float *d_x = to_device(g, x, nb), *d_dout = to_device(g, dout, nb), *d_dx = g->alloc(nb);
+  g->gelu_bwd(d_dx, d_dout, d_x, n);
+  float *gpu = from_device(g, d_dx, nb);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!close_to(gpu[i], cpu[i], 16.0 * EPS * gelu_bwd_scale(dout[i], x[i]) + SUBNORMAL_FLOOR(x[i])))
+      REPORT_FIRST(bad, "gelu_bwd(x=%.9g, dout=%.9g): cuda %.9g cpu %.9g", x[i], dout[i], gpu[i], cpu[i]);
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(d_x);
+  g->free(d_dout);
+  g->free(d_dx);
+  free(x);
+  free(dout);
+  free(cpu);
+  free(gpu);
+}
+
+FM_TEST(swiglu_fwd_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM, nb = n * 4;
+  float *gate = host_f32(n), *up = host_f32(n), *cpu = host_f32(n);
+  fill_uniform(gate, n, -90.0, 30.0);
+  put_specials(gate);
+  fill_uniform(up, n, -3.0, 3.0);
+  fm_cpu_swiglu_fwd(cpu, gate, up, n);
+  float *d_g = to_device(g, gate, nb), *d_u = to_device(g, up, nb), *d_o = g->alloc(nb);
+  g->swiglu_fwd(d_o, d_g, d_u, n);
+  float *gpu = from_device(g, d_o, nb);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!close_to(gpu[i], cpu[i], 10.0 * EPS * fabs(cpu[i]) + SUBNORMAL_FLOOR(gate[i] * up[i])))
+      REPORT_FIRST(bad, "swiglu(%.9g, %.9g): cuda %.9g cpu %.9g", gate[i], up[i], gpu[i], cpu[i]);
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(d_g);
+  g->free(d_u);
+  g->free(d_o);
+  free(gate);
+  free(up);
+  free(cpu);
+  free(gpu);
+}
+
+FM_TEST(swiglu_bwd_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM, nb = n * 4;
+  float *gate = host_f32(n), *up = host_f32(n), *dout = host_f32(n);
+  float *cdg = host_f32(n), *cdu = host_f32(n);
+  fill_uniform(gate, n, -90.0, 30.0);
+  put_specials(gate);
+  fill_uniform(up, n, -3.0, 3.0);
+  fill_uniform(dout, n, -2.0, 2.0);
+  fm_cpu_swiglu_bwd(cdg, cdu, dout, gate, up, n);
+  float *d_g = to_device(g, gate, nb), *d_u = to_device(g, up, nb), *d_do = to_device(g, dout, nb);
+  float *d_dg = g->alloc(nb), *d_du = g->alloc(nb);
+  g->swiglu_bwd(d_dg, d_du, d_do, d_g, d_u, n);
+  float *gdg = from_device(g, d_dg, nb), *gdu = from_device(g, d_du, nb);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double gd = gate[i], s = 1.0 / (1.0 + exp(-gd)), t = fabs(gd * s * (1.0 - s));
+    double scale = fabs((double)dout[i] * up[i]) * (s + (isnan(t) ? 0.0 : t));
+    if (!close_to(gdg[i], cdg[i], 16.0 * EPS * scale + SUBNORMAL_FLOOR(gate[i])))
+      REPORT_FIRST(bad, "swiglu dgate(%.9g, %.9g, %.9g): cuda %.9g cpu %.9g", dout[i], gate[i], up[i], gdg[i], cdg[i]);
+    if (!close_to(gdu[i], cdu[i], 10.0 * EPS * fabs(cdu[i]) + SUBNORMAL_FLOOR(gate[i] * dout[i])))
+      REPORT_FIRST(bad, "swiglu dup(%.9g, %.9g): cuda %.9g cpu %.9g", dout[i], gate[i], gdu[i], cdu[i]);
+  }
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(d_g);
+  g->free(d_u);
+  g->free(d_do);
+  g->free(d_dg);
+  g->free(d_du);
+  free(gate);
+  free(up);
+  free(dout);
+  free(cdg);
+  free(cdu);
+  free(gdg);
+  free(gdu);
+}
+
+/* ---- bitwise ops --------------------------------------------------------------------- */
+/* 17M elements: more than 16384 blocks x 256 threads, so the grid-stride loop
+ * runs a second pass. In place (x = x + b) as the residual stream uses it. */
+FM_TEST(add_scale_bitwise) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = 17 * ((int64_t)1 << 20) + 5, nb = n * 4;
+  float *a = host_f32(n), *b = host_f32(n);
+  for (int64_t i = 0; i < n; i++) {
+    a[i] = (float)(rng_uniform(-1, 1) * ldexp(1.0, (int)(rng_next() % 61) - 30));
+    b[i] = (float)(rng_uniform(-1, 1) * ldexp(1.0, (int)(rng_next() % 61) - 30));
+  }
+  float *d_a = to_device(g, a, nb), *d_b = to_device(g, b, nb);
+  g->add(d_a, d_a, d_b, n);
+  g->scale(d_a, 0.7071067811865476f, n);
+  float *gpu = from_device(g, d_a, nb);
+  fm_cpu_add(a, a, b, n);
+  fm_cpu_scale(a, 0.7071067811865476f, n);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gpu, a, n, 4), 0);
+  g->free(d_a);
+  g->free(d_b);
+  free(a);
+  free(b);
+  free(gpu);
+}
+
+FM_TEST(bf16_casts_bitwise) {
+  const FmBackend *g = cuda_or_skip();
+  /* every bf16 pattern -> f32 */
+  uint16_t *h = fm_xmalloc(65536 * 2);
+  for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+  float *cpu_f = host_f32(65536);
+  fm_cpu_cast_bf16_to_f32(cpu_f, h, 65536);
+  uint16_t *d_h = to_device(g, h, 65536 * 2);
+  float *d_f = g->alloc(65536 * 4);
+  g->cast_bf16_to_f32(d_f, d_h, 65536);
+  float *gpu_f = from_device(g, d_f, 65536 * 4);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gpu_f, cpu_f, 65536, 4), 0);
+  /* f32 -> bf16: random bit patterns (all classes: NaN, Inf, subnormal), exact
+   * ties, and the neighbourhood of the overflow boundary */
+  const int64_t n = N_ELEM;
+  float *x = host_f32(n);
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t r = (uint32_t)rng_next();
+    if (i % 3 == 1) r = (r & 0xFFFF0000u) | 0x8000u;
+    if (i % 3 == 2) r = (r & 0x8000FFFFu) | 0x7F7F0000u;
+    memcpy(&x[i], &r, 4);
+  }
+  uint16_t *cpu_h = fm_xmalloc((size_t)n * 2);
+  fm_cpu_cast_f32_to_bf16(cpu_h, x, n);
+  float *d_x = to_device(g, x, n * 4);
+  uint16_t *d_o = g->alloc(n * 2);
+  g->cast_f32_to_bf16(d_o, d_x, n);
+  uint16_t *gpu_h = from_device(g, d_o, n * 2);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gpu_h, cpu_h, n, 2), 0);
+  g->free(d_h);
+  g->free(d_f);
+  g->free(d_x);
+  g->free(d_o);
+  free(h);
+  free(cpu_f);
+  free(gpu_f);
+  free(x);
+  free(cpu_h);
+  free(gpu_h);
+}
+
+FM_TEST(round_bf16_bitwise) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM;
+  float *x = host_f32(n);
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t r = (uint32_t)rng_next();
+    if (i % 2) r = (r & 0xFFFF0000u) | 0x8000u; /* ties */
+    memcpy(&x[i], &r, 4);
+  }
+  float *d_x = to_device(g, x, n * 4);
+  g->round_bf16(d_x, n);
+  float *gpu = from_device(g, d_x, n * 4);
+  fm_cpu_round_bf16(x, n);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gpu, x, n, 4), 0);
+  g->free(d_x);
+  free(x);
+  free(gpu);
+}
+
+/* Ten steps with the same gradients on both sides: w, m, v stay bitwise equal
+ * (a mismatch would compound, so this also guards optimizer determinism). */
+FM_TEST(adamw_bitwise_steps) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM, nb = n * 4;
+  float *w = host_f32(n), *m = host_f32(n), *v = host_f32(n), *grad = host_f32(n);
+  fill_uniform(w, n, -1.0, 1.0);
+  memset(m, 0, (size_t)nb);
+  memset(v, 0, (size_t)nb);
+  float *d_w = to_device(g, w, nb), *d_m = to_device(g, m, nb), *d_v = to_device(g, v, nb), *d_g = g->alloc(nb);
+  const float lr = 6e-4f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  for (int t = 1; t <= 10; t++) {
+    for (int64_t i = 0; i < n; i++)
+      grad[i] = i % 101 == 0 ? 0.0f : (float)(rng_uniform(-1, 1) * pow(10.0, rng_uniform(-7, 1)));
+    g->copy_to_device(d_g, grad, nb);
+    float bc1 = (float)(1.0 - pow(b1, t)), bc2 = (float)(1.0 - pow(b2, t));
+    g->adamw_update(d_w, d_m, d_v, d_g, n, lr, b1, b2, eps, wd, bc1, bc2);
+    fm_cpu_adamw_update(w, m, v, grad, n, lr, b1, b2, eps, wd, bc1, bc2);
+  }
+  float *gw = from_device(g, d_w, nb), *gm = from_device(g, d_m, nb), *gv = from_device(g, d_v, nb);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gw, w, n, 4), 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gm, m, n, 4), 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gv, v, n, 4), 0);
+  g->free(d_w);
+  g->free(d_m);
+  g->free(d_v);
+  g->free(d_g);
+  free(w);
+  free(m);
+  free(v);
+  free(grad);
+  free(gw);
+  free(gm);
+  free(gv);
+}
+
+/* Ops follow fm_cuda_set_stream: the same work on a created stream gives the
+ * same bits, and copy_to_host waits for it. */
+FM_TEST(ops_on_user_stream) {
+  const FmBackend *g = cuda_or_skip();
+#ifdef FMHPC_HAVE_CUDA
+  const int64_t n = N_ELEM, nb = n * 4;
+  float *x = host_f32(n), *cpu = host_f32(n);
+  fill_uniform(x, n, -8.0, 8.0);
+  fm_cpu_gelu_fwd(cpu, x, n);
+  fm_cpu_add(cpu, cpu, x, n);
+  cudaStream_t s;
+  FM_REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  fm_cuda_set_stream(s);
+  FM_EXPECT(fm_cuda_get_stream() == (void *)s);
+  float *d_x = to_device(g, x, nb), *d_y = g->alloc(nb);
+  g->gelu_fwd(d_y, d_x, n);
+  float *ref = from_device(g, d_y, nb); /* gelu only, for the add below */
+  g->add(d_y, d_y, d_x, n);
+  float *gpu = from_device(g, d_y, nb);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float want = ref[i] + x[i]; /* the add is exact-rounded on both sides */
+    if (memcmp(&gpu[i], &want, 4) != 0) bad++;
+    if (!close_to(gpu[i], cpu[i], 10.0 * EPS * (fabs(ref[i]) + fabs(x[i])))) bad++;
+  }
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(d_x);
+  g->free(d_y);
+  fm_cuda_set_stream(NULL);
+  FM_EXPECT(cudaStreamDestroy(s) == cudaSuccess);
+  free(x);
+  free(cpu);
+  free(ref);
+  free(gpu);
+#else
+  (void)g;
+#endif
+}

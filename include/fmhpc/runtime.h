@@ -21,9 +21,15 @@ int fm_world_size(void);
 /* End the job on all ranks with a status every rank agrees on (the error was
  * seen by all, e.g. a bad deck): finalize and exit(code) without MPI_Abort. */
 _Noreturn void fm_exit_all(int code);
+/* CUDA devices visible to this process: 0 in a build without CUDA and when
+ * cudaGetDeviceCount fails (no driver, no GPU: it errors rather than say 0). */
+int fm_runtime_device_count(void);
 
 /* Element types (FmDType) are in core.h. Float sums are allowed only where
- * bits don't matter (DESIGN section 6). */
+ * bits don't matter (DESIGN section 6). Reductions reject FM_DT_BF16 and BOR
+ * on floats with FM_EINVAL; bcast and allgather move any type. Counts are
+ * elements (int64; the MPI side splits counts above INT_MAX). send == recv
+ * means in place for allreduce; for allgather, send == recv + rank*n. */
 typedef enum { FM_OP_SUM, FM_OP_MAX, FM_OP_MIN, FM_OP_BOR } FmRedOp;
 
 typedef struct FmComm FmComm;
@@ -69,26 +75,44 @@ static inline int fm_comm_barrier(FmComm *c) { return c->ops->barrier(c); }
 void fm_comm_destroy(FmComm *c);
 
 /* Broadcast a string (any length) from root; *s is replaced on other ranks
- * with a malloc'd copy (free with free()). */
+ * with a malloc'd copy (free with free()); their old *s is not freed. A NULL
+ * on root arrives as NULL everywhere. Goes over c->mpi with host buffers, so
+ * it works for NCCL communicators too. */
 int fm_comm_bcast_str(FmComm *c, char **s, int root);
 
 /* The mesh: world = dp x tp with tp innermost (a tp group sits inside a
  * node). dp_rank/tp_rank are this rank's coordinates. */
 typedef struct FmMesh {
   int world_rank, world_size;
-  int dp, tp;           /* degrees */
-  int dp_rank, tp_rank; /* coordinates */
+  int dp, tp;                 /* degrees */
+  int dp_rank, tp_rank;       /* coordinates */
   int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED) */
   int device;                 /* GPU index (local_rank mod devices), -1 for none */
   FmComm *world, *dp_comm, *tp_comm;
 } FmMesh;
 
 /* Build the mesh over MPI_COMM_WORLD. Fails with FM_EINVAL (and a message on
- * rank 0 to `err`) when tp does not divide the world or a tp group would
+ * rank 0 to stderr) when tp does not divide the world or a tp group would
  * cross a node. ndevices < 0 means "ask the backend". */
 int fm_mesh_create(FmMesh *m, int tp, int ndevices);
-/* The same layout computed for a hypothetical world (fmhpc --check --ranks). */
+/* The same layout computed for a hypothetical world (fmhpc --check --ranks),
+ * as seen by world rank 0; no MPI: communicators NULL, device -1, and the
+ * node is unknown (local_rank -1, local_size 0).
+ * On FM_EINVAL it prints the rule and a hint (rank 0 only). */
 int fm_mesh_plan(FmMesh *m, int world_size, int tp);
+/* The layout as seen by `world_rank`: dp_rank = world_rank / tp, tp_rank =
+ * world_rank % tp. Silent; on FM_EINVAL `why` (if not NULL) gets the message. */
+int fm_mesh_layout(FmMesh *m, int world_size, int tp, int world_rank, char *why, size_t why_len);
 void fm_mesh_destroy(FmMesh *m);
+
+/* ---- test knobs (internal; the defaults are what production uses) ------- */
+/* Largest element count one MPI call carries (default INT_MAX); returns the
+ * old value. Tests set it small to exercise the >INT_MAX splitting. */
+int64_t fm__comm_mpi_set_max_count(int64_t max_count);
+/* MPI collective calls issued by comm_mpi.c since start (to see the split). */
+int64_t fm__comm_mpi_calls(void);
+/* Pretend nodes hold `ranks_per_node` consecutive world ranks (0: the real
+ * MPI_COMM_TYPE_SHARED split); lets one machine test the tp-in-a-node rule. */
+void fm__mesh_set_ranks_per_node(int ranks_per_node);
 
 #endif

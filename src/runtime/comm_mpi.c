@@ -1,0 +1,279 @@
+/* comm_mpi.c: FmComm over MPI on host buffers (bcast, allgather,
+ * reduce-scatter, allreduce, barrier), fm_comm_bcast_str and fm_comm_destroy.
+ * Counts are int64: a count above what one MPI call carries (INT_MAX, or the
+ * test knob) is split into pieces whose boundaries depend only on the count,
+ * the type and the communicator size, so every rank issues the same calls.
+ * Failures come back as FM_EMPI / FM_EINVAL after a report; deciding whether to
+ * abort is the caller's business. NCCL lives in comm_nccl.c. */
+#include "fmhpc/runtime.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t max_count = INT_MAX; /* elements per MPI call */
+static int64_t ncalls = 0;          /* MPI collectives issued here */
+
+/* reduce-scatter above max_count packs each piece's blocks into one buffer of
+ * size*k elements; this caps that buffer. */
+enum { PACK_BYTES = 64 << 20 };
+
+int64_t fm__comm_mpi_set_max_count(int64_t m) {
+  int64_t old = max_count;
+  max_count = (m >= 1 && m <= INT_MAX) ? m : INT_MAX;
+  return old;
+}
+int64_t fm__comm_mpi_calls(void) { return ncalls; }
+
+static int report_mpi(const char *call, const char *file, int line, int code) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "MPI error code %d", code);
+  fm__report_call("MPI", call, file, line, msg);
+  return FM_EMPI;
+}
+
+/* Call MPI; on failure report rank, file:line and the call, return FM_EMPI. */
+#define COMM_MPI_CALL(call)                                                        \
+  do {                                                                             \
+    ncalls++;                                                                      \
+    int cm__e = (call);                                                            \
+    if (cm__e != MPI_SUCCESS) return report_mpi(#call, __FILE__, __LINE__, cm__e); \
+  } while (0)
+
+/* A misuse every rank makes alike (same arguments everywhere): rank 0 of the
+ * communicator says why, every rank returns FM_EINVAL. */
+static int bad_arg(const FmComm *c, const char *op, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad_arg(const FmComm *c, const char *op, const char *fmt, ...) {
+  if (c->rank == 0) {
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    fm_err("fm_comm_%s (mpi): %s", op, why);
+  }
+  return FM_EINVAL;
+}
+
+/* bf16 travels as its 16 bits: fine for moving, meaningless for reducing. */
+static MPI_Datatype mpi_type(FmDType t) {
+  switch (t) {
+    case FM_DT_U8:
+      return MPI_UINT8_T;
+    case FM_DT_I32:
+      return MPI_INT32_T;
+    case FM_DT_U32:
+      return MPI_UINT32_T;
+    case FM_DT_I64:
+      return MPI_INT64_T;
+    case FM_DT_U64:
+      return MPI_UINT64_T;
+    case FM_DT_F32:
+      return MPI_FLOAT;
+    case FM_DT_F64:
+      return MPI_DOUBLE;
+    case FM_DT_BF16:
+      return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+static int is_float(FmDType t) { return t == FM_DT_F32 || t == FM_DT_F64 || t == FM_DT_BF16; }
+
+static int check_type(const FmComm *c, const char *op, FmDType t, int64_t n) {
+  if (mpi_type(t) == MPI_DATATYPE_NULL) return bad_arg(c, op, "unknown element type %d", (int)t);
+  if (n < 0) return bad_arg(c, op, "count %lld: must be >= 0", (long long)n);
+  return 0;
+}
+
+/* MPI has no bf16 and fmhpc wants no rounding it did not choose: reduce in
+ * f32 (or exact integers) instead. BOR is defined on integers only. */
+static int reduce_op(const FmComm *c, const char *op, FmDType t, FmRedOp r, MPI_Op *mo) {
+  if (t == FM_DT_BF16)
+    return bad_arg(c, op, "bf16 cannot be reduced; hint: cast to f32, or to int64 fixed point where bits matter");
+  switch (r) {
+    case FM_OP_SUM:
+      *mo = MPI_SUM;
+      return 0;
+    case FM_OP_MAX:
+      *mo = MPI_MAX;
+      return 0;
+    case FM_OP_MIN:
+      *mo = MPI_MIN;
+      return 0;
+    case FM_OP_BOR:
+      if (is_float(t))
+        return bad_arg(c, op, "BOR on %s: bitwise OR is defined on integer types only", fm_dtype_name(t));
+      *mo = MPI_BOR;
+      return 0;
+  }
+  return bad_arg(c, op, "unknown reduction %d", (int)r);
+}
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+static int bcast_pieces(MPI_Comm comm, void *buf, int64_t n, MPI_Datatype mt, size_t es, int root) {
+  char *p = buf;
+  for (int64_t off = 0; off < n; off += max_count) {
+    int k = (int)min64(max_count, n - off);
+    COMM_MPI_CALL(MPI_Bcast(p + (size_t)off * es, k, mt, root, comm));
+  }
+  return 0;
+}
+
+static int op_bcast(FmComm *c, void *buf, int64_t n, FmDType t, int root) {
+  int rc = check_type(c, "bcast", t, n);
+  if (rc) return rc;
+  if (root < 0 || root >= c->size) return bad_arg(c, "bcast", "root %d: must be in [0, %d)", root, c->size);
+  return bcast_pieces(c->mpi, buf, n, mpi_type(t), fm_dtype_size(t), root);
+}
+
+/* One piece [off, off+k) of every rank's n: the receive type is k elements
+ * whose extent is n elements, so rank r's piece lands at r*n + off. */
+static int allgather_piece(FmComm *c, const void *send, char *recv, int64_t n, int64_t off, int k, MPI_Datatype mt,
+                           size_t es) {
+  MPI_Datatype piece, strided;
+  int e = MPI_Type_contiguous(k, mt, &piece);
+  if (e != MPI_SUCCESS) return report_mpi("MPI_Type_contiguous", __FILE__, __LINE__, e);
+  e = MPI_Type_create_resized(piece, 0, (MPI_Aint)n * (MPI_Aint)es, &strided);
+  MPI_Type_free(&piece);
+  if (e != MPI_SUCCESS) return report_mpi("MPI_Type_create_resized", __FILE__, __LINE__, e);
+  e = MPI_Type_commit(&strided);
+  if (e == MPI_SUCCESS) {
+    const void *sb = send == MPI_IN_PLACE ? MPI_IN_PLACE : (const char *)send + (size_t)off * es;
+    ncalls++;
+    e = MPI_Allgather(sb, k, mt, recv + (size_t)off * es, 1, strided, c->mpi);
+  }
+  MPI_Type_free(&strided);
+  if (e != MPI_SUCCESS) return report_mpi("MPI_Allgather (piece)", __FILE__, __LINE__, e);
+  return 0;
+}
+
+static int op_allgather(FmComm *c, const void *send, void *recv, int64_t n, FmDType t) {
+  int rc = check_type(c, "allgather", t, n);
+  if (rc || n == 0) return rc;
+  MPI_Datatype mt = mpi_type(t);
+  size_t es = fm_dtype_size(t);
+  const void *sb = send == (const char *)recv + (size_t)c->rank * (size_t)n * es ? MPI_IN_PLACE : send;
+  if (n <= max_count) {
+    COMM_MPI_CALL(MPI_Allgather(sb, (int)n, mt, recv, (int)n, mt, c->mpi));
+    return 0;
+  }
+  for (int64_t off = 0; off < n; off += max_count) {
+    rc = allgather_piece(c, sb, recv, n, off, (int)min64(max_count, n - off), mt, es);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Above max_count the blocks r*n + [off, off+k) are packed side by side so one
+ * MPI_Reduce_scatter_block handles the piece of every block. */
+static int reduce_scatter_pieces(FmComm *c, const char *send, char *recv, int64_t n, MPI_Datatype mt, size_t es,
+                                 MPI_Op mo) {
+  int64_t k = min64(max_count, (int64_t)PACK_BYTES / ((int64_t)c->size * (int64_t)es));
+  if (k < 1) k = 1;
+  char *pack = fm_xmalloc((size_t)c->size * (size_t)k * es);
+  int rc = 0;
+  for (int64_t off = 0; off < n && rc == 0; off += k) {
+    int64_t kk = min64(k, n - off);
+    for (int r = 0; r < c->size; r++)
+      memcpy(pack + (size_t)r * (size_t)kk * es, send + ((size_t)r * (size_t)n + (size_t)off) * es, (size_t)kk * es);
+    ncalls++;
+    int e = MPI_Reduce_scatter_block(pack, recv + (size_t)off * es, (int)kk, mt, mo, c->mpi);
+    if (e != MPI_SUCCESS) rc = report_mpi("MPI_Reduce_scatter_block (piece)", __FILE__, __LINE__, e);
+  }
+  free(pack);
+  return rc;
+}
+
+static int op_reduce_scatter(FmComm *c, const void *send, void *recv, int64_t n, FmDType t, FmRedOp op) {
+  MPI_Op mo = MPI_OP_NULL;
+  int rc = check_type(c, "reduce_scatter", t, n);
+  if (!rc) rc = reduce_op(c, "reduce_scatter", t, op, &mo);
+  if (rc || n == 0) return rc;
+  if (send == recv)
+    return bad_arg(c, "reduce_scatter", "send and recv are the same buffer; hint: recv needs its own n elements");
+  MPI_Datatype mt = mpi_type(t);
+  if (n <= max_count) {
+    COMM_MPI_CALL(MPI_Reduce_scatter_block(send, recv, (int)n, mt, mo, c->mpi));
+    return 0;
+  }
+  return reduce_scatter_pieces(c, send, recv, n, mt, fm_dtype_size(t), mo);
+}
+
+static int op_allreduce(FmComm *c, const void *send, void *recv, int64_t n, FmDType t, FmRedOp op) {
+  MPI_Op mo = MPI_OP_NULL;
+  int rc = check_type(c, "allreduce", t, n);
+  if (!rc) rc = reduce_op(c, "allreduce", t, op, &mo);
+  if (rc) return rc;
+  MPI_Datatype mt = mpi_type(t);
+  size_t es = fm_dtype_size(t);
+  int in_place = send == recv;
+  for (int64_t off = 0; off < n; off += max_count) {
+    int k = (int)min64(max_count, n - off);
+    const void *sb = in_place ? MPI_IN_PLACE : (const char *)send + (size_t)off * es;
+    COMM_MPI_CALL(MPI_Allreduce(sb, (char *)recv + (size_t)off * es, k, mt, mo, c->mpi));
+  }
+  return 0;
+}
+
+static int op_barrier(FmComm *c) {
+  COMM_MPI_CALL(MPI_Barrier(c->mpi));
+  return 0;
+}
+
+static void op_destroy(FmComm *c) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin && c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+  free(c);
+}
+
+static const FmCommOps comm_mpi_ops = {
+    .bcast = op_bcast,
+    .allgather = op_allgather,
+    .reduce_scatter = op_reduce_scatter,
+    .allreduce = op_allreduce,
+    .barrier = op_barrier,
+    .destroy = op_destroy,
+};
+
+FmComm *fm_comm_mpi_create(MPI_Comm comm) {
+  FmComm *c = fm_xcalloc(1, sizeof *c);
+  c->ops = &comm_mpi_ops;
+  c->kind = "mpi";
+  /* A private duplicate: our messages never match a caller's on `comm`. */
+  FM_CHECK_MPI(MPI_Comm_dup(comm, &c->mpi));
+  FM_CHECK_MPI(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN));
+  FM_CHECK_MPI(MPI_Comm_rank(c->mpi, &c->rank));
+  FM_CHECK_MPI(MPI_Comm_size(c->mpi, &c->size));
+  return c;
+}
+
+void fm_comm_destroy(FmComm *c) {
+  if (c) c->ops->destroy(c);
+}
+
+/* Length first (-1 for NULL), then the bytes; over c->mpi whatever c's kind,
+ * since strings live on the host. */
+int fm_comm_bcast_str(FmComm *c, char **s, int root) {
+  if (root < 0 || root >= c->size) return bad_arg(c, "bcast_str", "root %d: must be in [0, %d)", root, c->size);
+  int64_t len = -1;
+  if (c->rank == root && *s) len = (int64_t)strlen(*s);
+  int rc = bcast_pieces(c->mpi, &len, 1, MPI_INT64_T, sizeof len, root);
+  if (rc) return rc;
+  if (c->rank != root) *s = len < 0 ? NULL : fm_xmalloc((size_t)len + 1);
+  if (len < 0) return 0;
+  rc = bcast_pieces(c->mpi, *s, len, MPI_CHAR, 1, root);
+  if (c->rank != root) {
+    if (rc) {
+      free(*s);
+      *s = NULL;
+    } else {
+      (*s)[len] = '\0';
+    }
+  }
+  return rc;
+}

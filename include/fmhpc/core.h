@@ -10,6 +10,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#define FM_NORETURN [[noreturn]]
+#else
+#define FM_NORETURN _Noreturn
+#endif
+
 #define FM_VERSION_STRING "0.1.0"
 
 /* The one status table: 0 is success, every failure a negative FM_E*. */
@@ -70,7 +77,7 @@ void fm_verr(const char *fmt, va_list ap);
  * MPI is up, exit otherwise). The runtime installs the MPI hook. */
 typedef void (*FmAbortHook)(int code);
 void fm_set_abort_hook(FmAbortHook hook);
-_Noreturn void fm_abort_one(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FM_NORETURN void fm_abort_one(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Report a failed library call with rank, file:line and call text. */
 void fm__report_call(const char *lib, const char *call, const char *file, int line, const char *what);
@@ -158,5 +165,9 @@ void fm_str_cat(FmStr *b, const char *s);
 void fm_str_catn(FmStr *b, const char *s, size_t n);
 void fm_str_printf(FmStr *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fm_str_free(FmStr *b);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -20,7 +20,7 @@ int fm_world_rank(void);
 int fm_world_size(void);
 /* End the job on all ranks with a status every rank agrees on (the error was
  * seen by all, e.g. a bad deck): finalize and exit(code) without MPI_Abort. */
-_Noreturn void fm_exit_all(int code);
+FM_NORETURN void fm_exit_all(int code);
 /* CUDA devices visible to this process: 0 in a build without CUDA and when
  * cudaGetDeviceCount fails (no driver, no GPU: it errors rather than say 0). */
 int fm_runtime_device_count(void);

@@ -1,8 +1,19 @@
 # expect.cmake: run one command and check what it did. Used by the CLI tests:
-#   cmake -DCMD="a;b;c" -DRC=<exit status> [-DMATCH="re1;re2"] [-DNOMATCH=re]
-#         [-DCOUNT_RE=re -DCOUNT=n] -P expect.cmake
-# MATCH regexes must all appear in stdout+stderr; COUNT_RE must match exactly
-# COUNT times (e.g. one plan printed by rank 0 of 4).
+#   cmake -DRC=<exit status> [-DMATCH="re1@@re2"] [-DNOMATCH=re]
+#         [-DCOUNT_RE=re -DCOUNT=n] -P expect.cmake -- command args...
+# MATCH regexes (separated by @@) must all appear in stdout+stderr; COUNT_RE
+# must match exactly COUNT times (e.g. one plan printed by rank 0 of 4).
+set(CMD "")
+set(after 0)
+math(EXPR last "${CMAKE_ARGC} - 1")
+foreach(i RANGE ${last})
+  if(after)
+    list(APPEND CMD "${CMAKE_ARGV${i}}")
+  elseif("${CMAKE_ARGV${i}}" STREQUAL "--")
+    set(after 1)
+  endif()
+endforeach()
+string(REPLACE "@@" ";" MATCH "${MATCH}")
 execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 set(fail "")

@@ -1,5 +1,5 @@
 /* cuda_common.cuh: what every file in src/tensor/cuda/ needs: the C headers
- * with C linkage, the CUDA runtime, the stream the ops run on, and the launch
+ * the CUDA runtime, the stream the ops run on, and the launch
  * shape of the elementwise kernels. Private to src/tensor/cuda/. */
 #ifndef FMHPC_TENSOR_CUDA_COMMON_CUH
 #define FMHPC_TENSOR_CUDA_COMMON_CUH
@@ -7,14 +7,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* core.h is C11: its _Noreturn is spelled [[noreturn]] in C++. */
-#if defined(__cplusplus) && !defined(_Noreturn)
-#define _Noreturn [[noreturn]]
-#endif
-extern "C" {
+#include "fmhpc/backend.h" /* C headers carry their own extern "C" */
 #include "fmhpc/core.h"
-}
-#include "fmhpc/backend.h" /* has its own extern "C" */
 
 /* The stream set with fm_cuda_set_stream (memory.cu). */
 static inline cudaStream_t fm__cuda_stream(void) { return (cudaStream_t)fm_cuda_get_stream(); }

@@ -91,7 +91,9 @@ void fm_deck_init(FmDeck *d);
  * and FM_EDECK is returned; all ranks binding the same text see the same
  * result. Warnings (a repeated key) go to `err` and count in d->nwarnings. */
 int fm_deck_bind(FmDeck *d, int nsrc, const FmDeckSource *src, FILE *err);
-/* Cross-key rules (d_model % n_head, batch divisibility, ...), after bind. */
+/* Cross-key rules that belong to the deck itself (global_batch a multiple of
+ * micro_batch, ...), after bind. Model, optimizer and data rules (d_model %
+ * n_head, ...) live in those modules and report through fm_deck_error. */
 int fm_deck_validate(const FmDeck *d, FILE *err);
 /* Report a rule broken by a key's value, at that key's origin. */
 void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

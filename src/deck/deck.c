@@ -62,9 +62,7 @@ static const GroupEntry groups[] = {
 #undef FM_END
 enum { NGROUPS = (int)(sizeof groups / sizeof groups[0]) };
 
-const FmKeyInfo *fm_deck_key_info(int key_id) {
-  return key_id >= 0 && key_id < FM_NKEYS ? &keys[key_id].info : NULL;
-}
+const FmKeyInfo *fm_deck_key_info(int key_id) { return key_id >= 0 && key_id < FM_NKEYS ? &keys[key_id].info : NULL; }
 
 int fm_deck_find_key(const char *group, const char *name) {
   for (int k = 0; k < FM_NKEYS; k++)
@@ -84,10 +82,14 @@ static int find_group(const char *name) {
 /* ---- typed access to FmConfig ------------------------------------------ */
 static size_t type_size(FmKeyType t) {
   switch (t) {
-  case FM_TYPE_INT: return sizeof(fm_deck_INT);
-  case FM_TYPE_REAL: return sizeof(fm_deck_REAL);
-  case FM_TYPE_BOOL: return sizeof(fm_deck_BOOL);
-  case FM_TYPE_STR: return sizeof(fm_deck_STR);
+    case FM_TYPE_INT:
+      return sizeof(fm_deck_INT);
+    case FM_TYPE_REAL:
+      return sizeof(fm_deck_REAL);
+    case FM_TYPE_BOOL:
+      return sizeof(fm_deck_BOOL);
+    case FM_TYPE_STR:
+      return sizeof(fm_deck_STR);
   }
   return 0;
 }
@@ -119,13 +121,19 @@ typedef struct Scalar {
 static void store(FmConfig *c, int k, int i, const Scalar *v) {
   void *p = elem_ptr(c, k, i);
   switch (keys[k].info.type) {
-  case FM_TYPE_INT: *(fm_deck_INT *)p = v->i; break;
-  case FM_TYPE_REAL: *(fm_deck_REAL *)p = v->r; break;
-  case FM_TYPE_BOOL: *(fm_deck_BOOL *)p = v->b; break;
-  case FM_TYPE_STR:
-    free(*(fm_deck_STR *)p);
-    *(fm_deck_STR *)p = fm_xstrndup(v->s, v->slen);
-    break;
+    case FM_TYPE_INT:
+      *(fm_deck_INT *)p = v->i;
+      break;
+    case FM_TYPE_REAL:
+      *(fm_deck_REAL *)p = v->r;
+      break;
+    case FM_TYPE_BOOL:
+      *(fm_deck_BOOL *)p = v->b;
+      break;
+    case FM_TYPE_STR:
+      free(*(fm_deck_STR *)p);
+      *(fm_deck_STR *)p = fm_xstrndup(v->s, v->slen);
+      break;
   }
 }
 
@@ -159,8 +167,10 @@ static void fmt_real(FmStr *b, double x) {
   char *e = strchr(buf, 'e');
   if (e) { /* e+04 -> e4, e-05 -> e-5 */
     char *d = e + 1, *s = e + 1;
-    if (*s == '+') s++;
-    else if (*s == '-') *d++ = *s++;
+    if (*s == '+')
+      s++;
+    else if (*s == '-')
+      *d++ = *s++;
     while (*s == '0' && s[1]) s++;
     memmove(d, s, strlen(s) + 1);
   }
@@ -172,8 +182,10 @@ static void fmt_real(FmStr *b, double x) {
 static void fmt_string(FmStr *b, const char *s) {
   fm_str_cat(b, "'");
   for (; *s; s++) {
-    if (*s == '\'') fm_str_cat(b, "''");
-    else fm_str_catn(b, s, 1);
+    if (*s == '\'')
+      fm_str_cat(b, "''");
+    else
+      fm_str_catn(b, s, 1);
   }
   fm_str_cat(b, "'");
 }
@@ -181,10 +193,18 @@ static void fmt_string(FmStr *b, const char *s) {
 static void fmt_elem(FmStr *b, const FmConfig *c, int k, int i) {
   const void *p = elem_ptr(c, k, i);
   switch (keys[k].info.type) {
-  case FM_TYPE_INT: fm_str_printf(b, "%lld", (long long)*(const fm_deck_INT *)p); break;
-  case FM_TYPE_REAL: fmt_real(b, *(const fm_deck_REAL *)p); break;
-  case FM_TYPE_BOOL: fm_str_cat(b, *(const fm_deck_BOOL *)p ? ".true." : ".false."); break;
-  case FM_TYPE_STR: fmt_string(b, *(fm_deck_STR const *)p); break;
+    case FM_TYPE_INT:
+      fm_str_printf(b, "%lld", (long long)*(const fm_deck_INT *)p);
+      break;
+    case FM_TYPE_REAL:
+      fmt_real(b, *(const fm_deck_REAL *)p);
+      break;
+    case FM_TYPE_BOOL:
+      fm_str_cat(b, *(const fm_deck_BOOL *)p ? ".true." : ".false.");
+      break;
+    case FM_TYPE_STR:
+      fmt_string(b, *(fm_deck_STR const *)p);
+      break;
   }
 }
 
@@ -200,8 +220,10 @@ static void fmt_values(FmStr *b, const FmConfig *c, int k) {
 /* ---- messages ----------------------------------------------------------- */
 /* "file:line:col: " or, for a registry default, "(default): ". */
 static void put_where(FILE *err, const char *file, int line, int col) {
-  if (file) fprintf(err, "%s:%d:%d: ", file, line, col);
-  else fputs("(default): ", err);
+  if (file)
+    fprintf(err, "%s:%d:%d: ", file, line, col);
+  else
+    fputs("(default): ", err);
 }
 
 /* The closest of several names, for "did you mean". Only close matches are
@@ -250,7 +272,8 @@ static void report(Binder *B, int line, int col, const char *group, const char *
   B->nerrors++;
   if (!B->err) return;
   put_where(B->err, B->file, line, col);
-  if (group) fprintf(B->err, "&%s%s%s%s%s: ", group, key ? " " : "", key ? key : "", value ? " = " : "", value ? value : "");
+  if (group)
+    fprintf(B->err, "&%s%s%s%s%s: ", group, key ? " " : "", key ? key : "", value ? " = " : "", value ? value : "");
   va_list ap;
   va_start(ap, fmt);
   vfprintf(B->err, fmt, ap);
@@ -279,12 +302,16 @@ static void report_unknown_key(Binder *B, const FmNlAssign *a) {
   Closest c = {a->key, "", 1000};
   const char *elsewhere = NULL;
   for (int k = 0; k < FM_NKEYS; k++) {
-    if (!fm_strcasecmp(keys[k].info.group, a->group)) closest_offer(&c, keys[k].info.name, strlen(keys[k].info.name));
-    else if (!elsewhere && !fm_strcasecmp(keys[k].info.name, a->key)) elsewhere = keys[k].info.group;
+    if (!fm_strcasecmp(keys[k].info.group, a->group))
+      closest_offer(&c, keys[k].info.name, strlen(keys[k].info.name));
+    else if (!elsewhere && !fm_strcasecmp(keys[k].info.name, a->key))
+      elsewhere = keys[k].info.group;
   }
   char hint[160] = "";
-  if (closest_found(&c)) snprintf(hint, sizeof hint, "did you mean '%s'?", c.best);
-  else if (elsewhere) snprintf(hint, sizeof hint, "'%s' is a key of &%s, not of &%s", a->key, elsewhere, a->group);
+  if (closest_found(&c))
+    snprintf(hint, sizeof hint, "did you mean '%s'?", c.best);
+  else if (elsewhere)
+    snprintf(hint, sizeof hint, "'%s' is a key of &%s, not of &%s", a->key, elsewhere, a->group);
   report(B, a->line, a->col, a->group, a->key, NULL, hint,
          "unknown key; expected a key of &%s (fmhpc --help-deck lists them)", a->group);
 }
@@ -292,21 +319,30 @@ static void report_unknown_key(Binder *B, const FmNlAssign *a) {
 /* ---- type and range checks ---------------------------------------------- */
 static const char *kind_name(FmNlKind k) {
   switch (k) {
-  case FM_NL_INT: return "an integer";
-  case FM_NL_REAL: return "a real number";
-  case FM_NL_BOOL: return "a logical";
-  case FM_NL_STR: return "a string";
-  case FM_NL_WORD: return "an unquoted word";
+    case FM_NL_INT:
+      return "an integer";
+    case FM_NL_REAL:
+      return "a real number";
+    case FM_NL_BOOL:
+      return "a logical";
+    case FM_NL_STR:
+      return "a string";
+    case FM_NL_WORD:
+      return "an unquoted word";
   }
   return "?";
 }
 
 static const char *type_expect(FmKeyType t) {
   switch (t) {
-  case FM_TYPE_INT: return "an integer";
-  case FM_TYPE_REAL: return "a real number";
-  case FM_TYPE_BOOL: return "a logical (.true., .false., T or F)";
-  case FM_TYPE_STR: return "a quoted string";
+    case FM_TYPE_INT:
+      return "an integer";
+    case FM_TYPE_REAL:
+      return "a real number";
+    case FM_TYPE_BOOL:
+      return "a logical (.true., .false., T or F)";
+    case FM_TYPE_STR:
+      return "a quoted string";
   }
   return "?";
 }
@@ -319,22 +355,22 @@ static void value_text(char *buf, size_t n, const FmNlValue *v) { snprintf(buf, 
 static bool convert(FmKeyType t, const FmNlValue *v, Scalar *out, char *hint, size_t hn) {
   memset(out, 0, sizeof *out);
   switch (t) {
-  case FM_TYPE_INT:
-    out->i = v->i;
-    if (v->kind == FM_NL_REAL && v->r == floor(v->r) && fabs(v->r) < 9e15)
-      snprintf(hint, hn, "write it as an integer: %.0f", v->r);
-    return v->kind == FM_NL_INT;
-  case FM_TYPE_REAL:
-    out->r = v->kind == FM_NL_INT ? (double)v->i : v->r;
-    return v->kind == FM_NL_INT || v->kind == FM_NL_REAL;
-  case FM_TYPE_BOOL:
-    out->b = v->b;
-    return v->kind == FM_NL_BOOL;
-  case FM_TYPE_STR:
-    out->s = v->s;
-    out->slen = v->s ? strlen(v->s) : 0;
-    if (v->kind != FM_NL_STR) snprintf(hint, hn, "quote it: '%.*s'", v->len, v->text);
-    return v->kind == FM_NL_STR;
+    case FM_TYPE_INT:
+      out->i = v->i;
+      if (v->kind == FM_NL_REAL && v->r == floor(v->r) && fabs(v->r) < 9e15)
+        snprintf(hint, hn, "write it as an integer: %.0f", v->r);
+      return v->kind == FM_NL_INT;
+    case FM_TYPE_REAL:
+      out->r = v->kind == FM_NL_INT ? (double)v->i : v->r;
+      return v->kind == FM_NL_INT || v->kind == FM_NL_REAL;
+    case FM_TYPE_BOOL:
+      out->b = v->b;
+      return v->kind == FM_NL_BOOL;
+    case FM_TYPE_STR:
+      out->s = v->s;
+      out->slen = v->s ? strlen(v->s) : 0;
+      if (v->kind != FM_NL_STR) snprintf(hint, hn, "quote it: '%.*s'", v->len, v->text);
+      return v->kind == FM_NL_STR;
   }
   return false;
 }
@@ -363,10 +399,14 @@ static bool parse_interval(const char *r, Interval *iv) {
 
 /* "must be >= 1", "must be > 0", "must be in [0,1)". */
 static void describe_interval(char *buf, size_t n, const Interval *iv, const char *range) {
-  if (isinf(iv->hi) && isinf(iv->lo)) snprintf(buf, n, "any value");
-  else if (isinf(iv->hi)) snprintf(buf, n, "must be %s %s", iv->lo_open ? ">" : ">=", iv->lo_text);
-  else if (isinf(iv->lo)) snprintf(buf, n, "must be %s %s", iv->hi_open ? "<" : "<=", iv->hi_text);
-  else snprintf(buf, n, "must be in %s", range);
+  if (isinf(iv->hi) && isinf(iv->lo))
+    snprintf(buf, n, "any value");
+  else if (isinf(iv->hi))
+    snprintf(buf, n, "must be %s %s", iv->lo_open ? ">" : ">=", iv->lo_text);
+  else if (isinf(iv->lo))
+    snprintf(buf, n, "must be %s %s", iv->hi_open ? "<" : "<=", iv->hi_text);
+  else
+    snprintf(buf, n, "must be in %s", range);
 }
 
 static bool in_interval(const Interval *iv, double x) {
@@ -403,7 +443,8 @@ static bool check_range(const FmKeyInfo *ki, Scalar *v, char *why, size_t wn, ch
     return false;
   }
   Interval iv;
-  if (!parse_interval(ki->range, &iv)) fm_abort_one(1, "keys.def: &%s %s: bad range '%s'", ki->group, ki->name, ki->range);
+  if (!parse_interval(ki->range, &iv))
+    fm_abort_one(1, "keys.def: &%s %s: bad range '%s'", ki->group, ki->name, ki->range);
   double x = ki->type == FM_TYPE_INT ? (double)v->i : v->r;
   if (in_interval(&iv, x)) return true;
   char rule[96];
@@ -453,12 +494,16 @@ static bool convert_all(Binder *B, int k, const FmNlAssign *a, int first, Scalar
   for (int i = 0; i < a->nvalues; i++) {
     const FmNlValue *v = &a->values[i];
     char label[FM_NL_NAME_MAX + 16], text[200], why[600] = "", hint[200] = "";
-    if (ki->nmax > 1) snprintf(label, sizeof label, "%s(%d)", a->key, first + i + 1);
-    else snprintf(label, sizeof label, "%s", a->key);
+    if (ki->nmax > 1)
+      snprintf(label, sizeof label, "%s(%d)", a->key, first + i + 1);
+    else
+      snprintf(label, sizeof label, "%s", a->key);
     value_text(text, sizeof text, v);
     bool ok = convert(ki->type, v, &out[i], hint, sizeof hint);
-    if (!ok) snprintf(why, sizeof why, "expected %s, got %s", type_expect(ki->type), kind_name(v->kind));
-    else ok = check_range(ki, &out[i], why, sizeof why, hint, sizeof hint);
+    if (!ok)
+      snprintf(why, sizeof why, "expected %s, got %s", type_expect(ki->type), kind_name(v->kind));
+    else
+      ok = check_range(ki, &out[i], why, sizeof why, hint, sizeof hint);
     if (ok) continue;
     report(B, v->line, v->col, a->group, label, text, hint, "%s", why);
     return false;
@@ -572,8 +617,10 @@ static void bind_default(FmDeck *d, int k) {
     fm_abort_one(1, "keys.def: &%s %s: default \"%s\": %s", ki->group, ki->name, ki->def, e.msg);
   FmNlAssign a = {.group = ki->group, .key = ki->name, .nvalues = n, .values = vals};
   Binder B = {.d = d, .err = stderr};
-  if (n == 0 && ki->nmax == 1) report(&B, 0, 0, ki->group, ki->name, NULL, NULL, "a scalar key needs a default");
-  else bind_assign(&B, &a);
+  if (n == 0 && ki->nmax == 1)
+    report(&B, 0, 0, ki->group, ki->name, NULL, NULL, "a scalar key needs a default");
+  else
+    bind_assign(&B, &a);
   fm__nl_values_free(vals, n);
   if (B.nerrors) fm_abort_one(1, "keys.def: &%s %s: bad default \"%s\"", ki->group, ki->name, ki->def);
 }
@@ -605,8 +652,10 @@ static void write_key(const FmDeck *d, FILE *out, int k, int width) {
   const FmOrigin *o = &d->origin[k];
   FmStr line;
   fm_str_init(&line);
-  if (key_count(&d->c, k) == 0) fm_str_printf(&line, "  ! %-*s = (no values)", width, ki->name);
-  else fm_str_printf(&line, "  %-*s = ", width, ki->name);
+  if (key_count(&d->c, k) == 0)
+    fm_str_printf(&line, "  ! %-*s = (no values)", width, ki->name);
+  else
+    fm_str_printf(&line, "  %-*s = ", width, ki->name);
   fmt_values(&line, &d->c, k);
   while (line.len < 44) fm_str_cat(&line, " ");
   fm_str_printf(&line, " ! %s", ki->help);
@@ -618,7 +667,8 @@ static void write_key(const FmDeck *d, FILE *out, int k, int width) {
 static int group_key_width(int g) {
   int w = 0;
   for (int k = 0; k < FM_NKEYS; k++)
-    if (!strcmp(keys[k].info.group, groups[g].name) && (int)strlen(keys[k].info.name) > w) w = (int)strlen(keys[k].info.name);
+    if (!strcmp(keys[k].info.group, groups[g].name) && (int)strlen(keys[k].info.name) > w)
+      w = (int)strlen(keys[k].info.name);
   return w;
 }
 
@@ -636,15 +686,18 @@ void fm_deck_write(const FmDeck *d, FILE *out) {
 
 static const char *type_name(const FmKeyInfo *ki, char *buf, size_t n) {
   static const char *const names[] = {"INT", "REAL", "BOOL", "STR"};
-  if (ki->nmax > 1) snprintf(buf, n, "%s[%d]", names[ki->type], ki->nmax);
-  else snprintf(buf, n, "%s", names[ki->type]);
+  if (ki->nmax > 1)
+    snprintf(buf, n, "%s[%d]", names[ki->type], ki->nmax);
+  else
+    snprintf(buf, n, "%s", names[ki->type]);
   return buf;
 }
 
 void fm_deck_help(FILE *out) {
-  fputs("fmhpc input deck: Fortran namelist groups `&group key = value, ... /`.\n"
-        "Override a key on the command line with 'group%key=value'.\n",
-        out);
+  fputs(
+      "fmhpc input deck: Fortran namelist groups `&group key = value, ... /`.\n"
+      "Override a key on the command line with 'group%key=value'.\n",
+      out);
   for (int g = 0; g < NGROUPS; g++) {
     fprintf(out, "\n&%s: %s\n", groups[g].name, groups[g].help);
     for (int k = 0; k < FM_NKEYS; k++) {
@@ -678,8 +731,10 @@ void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...)
 
 /* "run.in:4" or "default", for messages that cite a second key. */
 static const char *origin_text(const FmOrigin *o, char *buf, size_t n) {
-  if (o->file) snprintf(buf, n, "%s:%d", o->file, o->line);
-  else snprintf(buf, n, "default");
+  if (o->file)
+    snprintf(buf, n, "%s:%d", o->file, o->line);
+  else
+    snprintf(buf, n, "default");
   return buf;
 }
 

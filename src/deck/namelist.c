@@ -28,8 +28,8 @@ typedef struct Parser {
   FmNlError *e;
   const char *override; /* the override text in override mode, else NULL */
   char group[FM_NL_NAME_MAX], key[FM_NL_NAME_MAX];
-  bool skip;            /* the visitor rejected the current group */
-  FmNlValue *vals;      /* the current assignment's values */
+  bool skip;       /* the visitor rejected the current group */
+  FmNlValue *vals; /* the current assignment's values */
   int nvals, cap;
 } Parser;
 
@@ -92,7 +92,8 @@ static int read_name(Parser *P, char *buf) {
   int n = 0;
   const char *start = P->p;
   while (is_name_char(P->p[n])) n++;
-  if (n >= FM_NL_NAME_MAX) return FAIL(P, "name '%.*s...' is too long (at most %d characters)", 16, start, FM_NL_NAME_MAX - 1);
+  if (n >= FM_NL_NAME_MAX)
+    return FAIL(P, "name '%.*s...' is too long (at most %d characters)", 16, start, FM_NL_NAME_MAX - 1);
   for (int i = 0; i < n; i++) buf[i] = (char)tolower((unsigned char)start[i]);
   buf[n] = '\0';
   P->p += n;
@@ -109,7 +110,8 @@ static int lex_string(Parser *P, FmNlValue *v) {
   for (;; c++) {
     if (*c == '\0' || *c == '\n') {
       fm_str_free(&s);
-      return fail_at(P, P->line, col, "unterminated string: no closing %c on this line (strings end on the line they start)", q);
+      return fail_at(P, P->line, col,
+                     "unterminated string: no closing %c on this line (strings end on the line they start)", q);
     }
     if (*c == q) {
       if (c[1] != q) break;
@@ -128,7 +130,7 @@ static int lex_logical(Parser *P, FmNlValue *v) {
   const char *c = P->p + 1;
   char word[8] = "";
   int n = 0;
-  while (isalpha((unsigned char)c[n]) && n < 7) {
+  while (n < 7 && isalpha((unsigned char)c[n])) {
     word[n] = (char)tolower((unsigned char)c[n]);
     n++;
   }
@@ -190,7 +192,8 @@ static int lex_number(Parser *P, FmNlValue *v) {
     v->r = strtod(buf, NULL);
     /* Underflow rounds (to 0 or a subnormal) like any compiler would; only an
      * overflow has no faithful value. */
-    if (errno == ERANGE && (v->r > 1.0 || v->r < -1.0)) return FAIL(P, "real number %s is out of range of a double", buf);
+    if (errno == ERANGE && (v->r > 1.0 || v->r < -1.0))
+      return FAIL(P, "real number %s is out of range of a double", buf);
   }
   P->p = c;
   return 0;
@@ -223,12 +226,18 @@ static int lex_value(Parser *P, FmNlValue *v) {
   v->line = P->line;
   v->col = col_of(P);
   char c = *P->p;
-  int rc;
-  if (c == '\'' || c == '"') rc = lex_string(P, v);
-  else if (is_number_start(P->p)) rc = lex_number(P, v);
-  else if (c == '.' && isalpha((unsigned char)P->p[1])) rc = lex_logical(P, v);
-  else if (is_name_start(c)) rc = (lex_word(P, v), 0);
-  else rc = FAIL(P, "expected a value, got '%.*s'", snippet_len(P->p), P->p);
+  int rc = 0;
+  if (c == '\'' || c == '"') {
+    rc = lex_string(P, v);
+  } else if (is_number_start(P->p)) {
+    rc = lex_number(P, v);
+  } else if (c == '.' && isalpha((unsigned char)P->p[1])) {
+    rc = lex_logical(P, v);
+  } else if (is_name_start(c)) {
+    lex_word(P, v);
+  } else {
+    rc = FAIL(P, "expected a value, got '%.*s'", snippet_len(P->p), P->p);
+  }
   v->len = (int)(P->p - v->text);
   return rc;
 }
@@ -267,12 +276,15 @@ static int parse_item(Parser *P) {
     if (v.kind != FM_NL_INT || v.i <= 0)
       return fail_at(P, v.line, v.col, "bad repeat count '%.*s*': must be a positive integer", v.len, v.text);
     if (v.i > FM_NL_MAX_VALUES - P->nvals)
-      return fail_at(P, v.line, v.col, "repeat count %lld is too large (at most %d values)", (long long)v.i, FM_NL_MAX_VALUES);
+      return fail_at(P, v.line, v.col, "repeat count %lld is too large (at most %d values)", (long long)v.i,
+                     FM_NL_MAX_VALUES);
     count = v.i;
     const char *rep = v.text;
     P->p++;
     if (is_value_end(*P->p))
-      return fail_at(P, v.line, v.col, "expected a value right after '%.*s' (null values are not supported; write e.g. 4*0.0)", (int)(P->p - rep), rep);
+      return fail_at(P, v.line, v.col,
+                     "expected a value right after '%.*s' (null values are not supported; write e.g. 4*0.0)",
+                     (int)(P->p - rep), rep);
     if ((rc = lex_value(P, &v))) return rc;
     v.text = rep; /* messages quote the whole repeat */
     v.len = (int)(P->p - rep);
@@ -280,7 +292,8 @@ static int parse_item(Parser *P) {
   }
   if (!is_value_end(*P->p)) {
     free_value(&v);
-    return FAIL(P, "unexpected '%c' after the value '%.*s'; separate values with commas or blanks", *P->p, v.len, v.text);
+    return FAIL(P, "unexpected '%c' after the value '%.*s'; separate values with commas or blanks", *P->p, v.len,
+                v.text);
   }
   if (P->nvals + count > FM_NL_MAX_VALUES) {
     free_value(&v);
@@ -344,10 +357,12 @@ static int parse_assignment(Parser *P) {
     FmNlValue ix = {0};
     a.index_line = P->line;
     a.index_col = col_of(P);
-    if (!is_number_start(P->p)) return FAIL(P, "bad array index '%.*s': expected an integer, as in %s(2)", snippet_len(P->p), P->p, P->key);
+    if (!is_number_start(P->p))
+      return FAIL(P, "bad array index '%.*s': expected an integer, as in %s(2)", snippet_len(P->p), P->p, P->key);
     if ((rc = lex_value(P, &ix))) return rc;
     if (ix.kind != FM_NL_INT)
-      return fail_at(P, ix.line, ix.col, "bad array index '%.*s': expected an integer, as in %s(2)", ix.len, ix.text, P->key);
+      return fail_at(P, ix.line, ix.col, "bad array index '%.*s': expected an integer, as in %s(2)", ix.len, ix.text,
+                     P->key);
     a.has_index = true;
     a.index = ix.i;
     skip_blank(P);
@@ -419,7 +434,8 @@ static int parse_deck(Parser *P) {
     skip_blank(P);
     if (*P->p == '\0') return 0;
     if (*P->p != '&')
-      return FAIL(P, "text outside a group: '%.*s'; a deck holds only &group ... / blocks and ! comments", snippet_len(P->p), P->p);
+      return FAIL(P, "text outside a group: '%.*s'; a deck holds only &group ... / blocks and ! comments",
+                  snippet_len(P->p), P->p);
     int line = P->line, col = col_of(P);
     P->p++;
     if (!is_name_start(*P->p)) return FAIL(P, "expected a group name right after '&'");
@@ -437,6 +453,8 @@ static int parse_deck(Parser *P) {
 
 int fm__nl_parse(const char *text, const FmNlVisitor *v, FmNlError *e) {
   Parser P;
+  /* Editors on some sites save UTF-8 with a byte-order mark; it is not text. */
+  if (!strncmp(text, "\xEF\xBB\xBF", 3)) text += 3;
   parser_init(&P, text, v, e);
   int rc = parse_deck(&P);
   parser_free(&P);
@@ -457,7 +475,8 @@ static int parse_override(Parser *P) {
   P->skip = !P->v->group(P->v->ctx, P->group, line, col);
   if ((rc = parse_assignment(P))) return rc;
   skip_blank(P);
-  if (*P->p != '\0') return FAIL(P, "unexpected '%.*s' after the value; one override sets one key", snippet_len(P->p), P->p);
+  if (*P->p != '\0')
+    return FAIL(P, "unexpected '%.*s' after the value; one override sets one key", snippet_len(P->p), P->p);
   return 0;
 }
 
@@ -475,8 +494,7 @@ int fm__nl_parse_values(const char *text, FmNlValue **out, int *n, FmNlError *e)
   Parser P;
   parser_init(&P, text, &none, e);
   int rc = parse_values(&P, true);
-  if (!rc && (skip_blank(&P), *P.p != '\0'))
-    rc = FAIL(&P, "unexpected '%.*s' after the values", snippet_len(P.p), P.p);
+  if (!rc && (skip_blank(&P), *P.p != '\0')) rc = FAIL(&P, "unexpected '%.*s' after the values", snippet_len(P.p), P.p);
   if (rc) {
     parser_free(&P);
     *out = NULL;

@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 enum {
-  FM_NL_NAME_MAX = 64,       /* group and key names, NUL included */
-  FM_NL_MAX_VALUES = 65536,  /* values in one assignment, repeats expanded */
+  FM_NL_NAME_MAX = 64,      /* group and key names, NUL included */
+  FM_NL_MAX_VALUES = 65536, /* values in one assignment, repeats expanded */
 };
 
 typedef enum {

@@ -178,9 +178,9 @@ FM_TEST(bind_array_semantics) {
   FM_EXPECT_EQ_INT(deck_bind_text(&d, "a.in", "&prep inputs = 'a.jsonl', 'b.jsonl', 'c.jsonl' /", &msgs), 0);
   free(msgs);
   FM_EXPECT_EQ_INT(d.c.prep.inputs_n, 3);
-  FM_EXPECT_EQ_INT(deck_bind_text(&d, "b.in", "&prep inputs = 'x.jsonl' /\n&generate prompts(1) = 'hi', prompts(2) = 'yo' /",
-                                  &msgs),
-                   0);
+  FM_EXPECT_EQ_INT(
+      deck_bind_text(&d, "b.in", "&prep inputs = 'x.jsonl' /\n&generate prompts(1) = 'hi', prompts(2) = 'yo' /", &msgs),
+      0);
   free(msgs);
   FM_EXPECT_EQ_INT(d.c.prep.inputs_n, 1);
   FM_EXPECT_EQ_STR(d.c.prep.inputs[0], "x.jsonl");
@@ -276,19 +276,23 @@ FM_TEST(write_format) {
   FmDeck d;
   fm_deck_init(&d);
   char *msgs = NULL;
-  FM_EXPECT_EQ_INT(deck_bind_text(&d, "run.in", "&optim\n  lr = 6e-4\n  name = 'LION'\n/\n&run name = 'o''k' /", &msgs), 0);
+  FM_EXPECT_EQ_INT(deck_bind_text(&d, "run.in", "&optim\n  lr = 6e-4\n  name = 'LION'\n/\n&run name = 'o''k' /", &msgs),
+                   0);
   free(msgs);
   char *text = deck_write_string(&d);
   FM_EXPECT(strncmp(text, "! fmhpc ", 8) == 0);
-  FM_EXPECT_CONTAINS(text, "\n&optim  ! optimizer and schedule\n"
-                           "  name             = 'lion'                  ! optimizer [run.in:3]\n"
-                           "  lr               = 0.0006                  ! peak learning rate [run.in:2]\n"
-                           "  betas            = 0.9, 0.95               ! beta1, beta2\n"
-                           "  eps              = 1e-8                    ! AdamW epsilon\n");
-  FM_EXPECT_CONTAINS(text, "\n  name    = 'o''k'                           ! run name, used in output file names and logs "
-                           "[run.in:5]\n");
+  FM_EXPECT_CONTAINS(text,
+                     "\n&optim  ! optimizer and schedule\n"
+                     "  name             = 'lion'                  ! optimizer [run.in:3]\n"
+                     "  lr               = 0.0006                  ! peak learning rate [run.in:2]\n"
+                     "  betas            = 0.9, 0.95               ! beta1, beta2\n"
+                     "  eps              = 1e-8                    ! AdamW epsilon\n");
+  FM_EXPECT_CONTAINS(text,
+                     "\n  name    = 'o''k'                           ! run name, used in output file names and logs "
+                     "[run.in:5]\n");
   FM_EXPECT_CONTAINS(text, "\n  rope_theta           = 10000.0             ! RoPE base frequency (llama)\n");
-  FM_EXPECT_CONTAINS(text, "\n  ! inputs         = (no values)             ! input globs: .jsonl, .jsonl.gz, .jsonl.zst\n");
+  FM_EXPECT_CONTAINS(text,
+                     "\n  ! inputs         = (no values)             ! input globs: .jsonl, .jsonl.gz, .jsonl.zst\n");
   FM_EXPECT_CONTAINS(text, "\n  residual_scaled_init = .true.              !");
   /* Every group opens and closes, every key appears. */
   for (int g = 0; g < fm_deck_ngroups(); g++) {
@@ -333,8 +337,9 @@ FM_TEST(help_lists_every_key) {
   fclose(f);
   FM_EXPECT_CONTAINS(text, "\n&optim: optimizer and schedule\n");
   FM_EXPECT_CONTAINS(text, "\n  betas                  REAL[2]   default 0.9, 0.95  range [0,1)\n      beta1, beta2\n");
-  FM_EXPECT_CONTAINS(text, "\n  task                   STR       default 'train'  one of "
-                           "train|check|prep|tokenizer|eval|generate|export|ifd|dedup\n      task to run\n");
+  FM_EXPECT_CONTAINS(text,
+                     "\n  task                   STR       default 'train'  one of "
+                     "train|check|prep|tokenizer|eval|generate|export|ifd|dedup\n      task to run\n");
   FM_EXPECT_CONTAINS(text, "\n  inputs                 STR[64]   default (none)\n");
   FM_EXPECT_CONTAINS(text, "\n  recompute              BOOL      default .false.\n");
   for (int g = 0; g < fm_deck_ngroups(); g++) {
@@ -365,10 +370,11 @@ FM_TEST(deck_error_format) {
   fm_deck_error(&d, f, FM_KEY_run_name, "bad");
   fm_deck_error(&d, NULL, FM_KEY_run_name, "silent on other ranks");
   fclose(f);
-  FM_EXPECT_EQ_STR(msgs, "m.in:2:3: &model n_head = 5: must divide d_model = 768\n"
-                         "(default): &model d_model = 768: too wide\n"
-                         "m.in:3:8: &optim betas = 0.8, 0.9: beta2 below beta1\n"
-                         "(default): &run name = 'fmhpc': bad\n");
+  FM_EXPECT_EQ_STR(msgs,
+                   "m.in:2:3: &model n_head = 5: must divide d_model = 768\n"
+                   "(default): &model d_model = 768: too wide\n"
+                   "m.in:3:8: &optim betas = 0.8, 0.9: beta2 below beta1\n"
+                   "(default): &run name = 'fmhpc': bad\n");
   free(msgs);
   fm_deck_free(&d);
 }
@@ -397,15 +403,17 @@ FM_TEST(validate_batch_multiple) {
   FM_EXPECT_EQ_INT(validate_text("&train global_batch = 9 /", &msgs), 0); /* micro_batch 1 divides all */
   free(msgs);
   FM_EXPECT_EQ_INT(validate_text("&train micro_batch = 16 /", &msgs), FM_EDECK);
-  FM_EXPECT_EQ_STR(msgs, "(default): &train global_batch = 8: must be a multiple of &train micro_batch = 16 (v.in:1)\n");
+  FM_EXPECT_EQ_STR(msgs,
+                   "(default): &train global_batch = 8: must be a multiple of &train micro_batch = 16 (v.in:1)\n");
   free(msgs);
 }
 
 FM_TEST(validate_chars_and_betas) {
   char *msgs = NULL;
   FM_EXPECT_EQ_INT(validate_text("&prep min_chars = 100, max_chars = 99 /\n&optim betas = 0.9 /", &msgs), FM_EDECK);
-  FM_EXPECT_EQ_STR(msgs, "v.in:1:7: &prep min_chars = 100: must be <= &prep max_chars = 99 (v.in:1)\n"
-                         "v.in:2:8: &optim betas = 0.9: needs two values (beta1, beta2), got 1\n");
+  FM_EXPECT_EQ_STR(msgs,
+                   "v.in:1:7: &prep min_chars = 100: must be <= &prep max_chars = 99 (v.in:1)\n"
+                   "v.in:2:8: &optim betas = 0.9: needs two values (beta1, beta2), got 1\n");
   free(msgs);
   FM_EXPECT_EQ_INT(validate_text("&prep min_chars = 99, max_chars = 99 /", &msgs), 0);
   free(msgs);

@@ -52,9 +52,11 @@ FM_TEST(err_string_for_int) {
 }
 
 FM_TEST(err_real_for_int) {
-  expect_error("&model\n  n_layer = 7.5\n/", "t.in:2:13: &model n_layer = 7.5: expected an integer, got a real number\n");
-  expect_error("&train steps = 1e5 /",
-               "t.in:1:16: &train steps = 1e5: expected an integer, got a real number\nhint: write it as an integer: 100000\n");
+  expect_error("&model\n  n_layer = 7.5\n/",
+               "t.in:2:13: &model n_layer = 7.5: expected an integer, got a real number\n");
+  expect_error(
+      "&train steps = 1e5 /",
+      "t.in:1:16: &train steps = 1e5: expected an integer, got a real number\nhint: write it as an integer: 100000\n");
 }
 
 FM_TEST(err_int_for_bool) {
@@ -63,8 +65,9 @@ FM_TEST(err_int_for_bool) {
 }
 
 FM_TEST(err_unquoted_string) {
-  expect_error("&run task = train /", "t.in:1:13: &run task = train: expected a quoted string, got an unquoted word\n"
-                                      "hint: quote it: 'train'\n");
+  expect_error("&run task = train /",
+               "t.in:1:13: &run task = train: expected a quoted string, got an unquoted word\n"
+               "hint: quote it: 'train'\n");
 }
 
 FM_TEST(err_int_out_of_range) {
@@ -94,7 +97,8 @@ FM_TEST(err_unterminated_string) {
 
 /* Reported where the group opened: that is where the user must look. */
 FM_TEST(err_unterminated_group) {
-  expect_error("! deck\n&optim\n  lr = 1e-3\n", "t.in:2:1: &optim: unterminated group: end of file before its closing '/'\n");
+  expect_error("! deck\n&optim\n  lr = 1e-3\n",
+               "t.in:2:1: &optim: unterminated group: end of file before its closing '/'\n");
   expect_error("&optim lr = 1e-3\n&train steps = 1 /",
                "t.in:2:1: &optim: unterminated group: &train starts before this group's closing '/'\n");
 }
@@ -104,7 +108,8 @@ FM_TEST(err_bad_array_index) {
   expect_error("&optim betas(3) = 0.9 /", "t.in:1:14: &optim betas: bad array index 3: betas has elements 1..2\n");
   expect_error("&optim betas(1.5) = 0.9 /",
                "t.in:1:14: &optim betas: bad array index '1.5': expected an integer, as in betas(2)\n");
-  expect_error("&optim betas(x) = 0.9 /", "t.in:1:14: &optim betas: bad array index 'x': expected an integer, as in betas(2)\n");
+  expect_error("&optim betas(x) = 0.9 /",
+               "t.in:1:14: &optim betas: bad array index 'x': expected an integer, as in betas(2)\n");
   expect_error("&optim lr(1) = 0.9 /",
                "t.in:1:11: &optim lr: bad array index: lr is a scalar, not an array; write lr = value\n");
   /* Arrays have no gaps: prompts holds nothing, so element 1 comes first. */
@@ -122,52 +127,67 @@ FM_TEST(err_too_many_values) {
 }
 
 FM_TEST(err_override_malformed) {
-  expect_override_error("optim.lr=3e-4", "<command line>:1:6: &optim: malformed override 'optim.lr=3e-4': expected '%' after "
-                                         "the group name 'optim' (group%key=value)\n");
-  expect_override_error("optim%lr 3e-4", "<command line>:1:10: &optim lr: malformed override 'optim%lr 3e-4': "
-                                         "expected '=' after 'lr', got '3e-4'\n");
-  expect_override_error("optim%lr=", "<command line>:1:10: &optim lr: malformed override 'optim%lr=': expected a value "
-                                     "after '='\n");
-  expect_override_error("=3", "<command line>:1:1: malformed override '=3': expected group%key=value, as in "
-                              "optim%lr=3e-4\n");
-  expect_override_error("optim%lr=3e-4 /", "<command line>:1:15: &optim: malformed override 'optim%lr=3e-4 /': "
-                                           "unexpected '/' after the value; one override sets one key\n");
+  expect_override_error("optim.lr=3e-4",
+                        "<command line>:1:6: &optim: malformed override 'optim.lr=3e-4': expected '%' after "
+                        "the group name 'optim' (group%key=value)\n");
+  expect_override_error("optim%lr 3e-4",
+                        "<command line>:1:10: &optim lr: malformed override 'optim%lr 3e-4': "
+                        "expected '=' after 'lr', got '3e-4'\n");
+  expect_override_error("optim%lr=",
+                        "<command line>:1:10: &optim lr: malformed override 'optim%lr=': expected a value "
+                        "after '='\n");
+  expect_override_error("=3",
+                        "<command line>:1:1: malformed override '=3': expected group%key=value, as in "
+                        "optim%lr=3e-4\n");
+  expect_override_error("optim%lr=3e-4 /",
+                        "<command line>:1:15: &optim: malformed override 'optim%lr=3e-4 /': "
+                        "unexpected '/' after the value; one override sets one key\n");
 }
 
 FM_TEST(err_override_unknown_or_bad) {
-  expect_override_error("optim%lrr=1e-3", "<command line>:1:7: &optim lrr: unknown key; expected a key of &optim "
-                                          "(fmhpc --help-deck lists them)\nhint: did you mean 'lr'?\n");
-  expect_override_error("optm%lr=1e-3", "<command line>:1:1: &optm lr: unknown group; expected one of &run, &model, "
-                                        "&data, &prep, &tokenizer, &train, &optim, &parallel, &ckpt, &log, &eval, "
-                                        "&generate\nhint: did you mean '&optim'?\n");
-  expect_override_error("model%n_layer=abc", "<command line>:1:15: &model n_layer = abc: expected an integer, got an "
-                                             "unquoted word\n");
-  expect_override_error("optim%lr=1.2.3", "<command line>:1:10: &optim lr: malformed override 'optim%lr=1.2.3': "
-                                          "malformed number '1.2.3'\n");
+  expect_override_error("optim%lrr=1e-3",
+                        "<command line>:1:7: &optim lrr: unknown key; expected a key of &optim "
+                        "(fmhpc --help-deck lists them)\nhint: did you mean 'lr'?\n");
+  expect_override_error("optm%lr=1e-3",
+                        "<command line>:1:1: &optm lr: unknown group; expected one of &run, &model, "
+                        "&data, &prep, &tokenizer, &train, &optim, &parallel, &ckpt, &log, &eval, "
+                        "&generate\nhint: did you mean '&optim'?\n");
+  expect_override_error("model%n_layer=abc",
+                        "<command line>:1:15: &model n_layer = abc: expected an integer, got an "
+                        "unquoted word\n");
+  expect_override_error("optim%lr=1.2.3",
+                        "<command line>:1:10: &optim lr: malformed override 'optim%lr=1.2.3': "
+                        "malformed number '1.2.3'\n");
 }
 
 FM_TEST(err_text_outside_group) {
   expect_error("&run seed = 1 /\nseed = 2\n",
                "t.in:2:1: text outside a group: 'seed'; a deck holds only &group ... / blocks and ! comments\n");
-  expect_error("$run seed = 1 $end", "t.in:1:1: text outside a group: '$run'; a deck holds only &group ... / blocks "
-                                     "and ! comments\n");
+  expect_error("$run seed = 1 $end",
+               "t.in:1:1: text outside a group: '$run'; a deck holds only &group ... / blocks "
+               "and ! comments\n");
   expect_error("&end", "t.in:1:1: &end outside a group\n");
 }
 
 FM_TEST(err_bad_repeat_count) {
-  expect_error("&optim betas = 0*0.9 /", "t.in:1:16: &optim betas: bad repeat count '0*': must be a positive integer\n");
-  expect_error("&optim betas = -1*0.9 /", "t.in:1:16: &optim betas: bad repeat count '-1*': must be a positive integer\n");
-  expect_error("&optim betas = 1.5*0.9 /", "t.in:1:16: &optim betas: bad repeat count '1.5*': must be a positive integer\n");
-  expect_error("&optim betas = 2* /", "t.in:1:16: &optim betas: expected a value right after '2*' (null values are not "
-                                      "supported; write e.g. 4*0.0)\n");
+  expect_error("&optim betas = 0*0.9 /",
+               "t.in:1:16: &optim betas: bad repeat count '0*': must be a positive integer\n");
+  expect_error("&optim betas = -1*0.9 /",
+               "t.in:1:16: &optim betas: bad repeat count '-1*': must be a positive integer\n");
+  expect_error("&optim betas = 1.5*0.9 /",
+               "t.in:1:16: &optim betas: bad repeat count '1.5*': must be a positive integer\n");
+  expect_error("&optim betas = 2* /",
+               "t.in:1:16: &optim betas: expected a value right after '2*' (null values are not "
+               "supported; write e.g. 4*0.0)\n");
 }
 
 FM_TEST(err_malformed_number) {
   expect_error("&optim lr = 1.2.3 /", "t.in:1:13: &optim lr: malformed number '1.2.3'\n");
   expect_error("&optim lr = 1e /", "t.in:1:13: &optim lr: malformed number '1e'\n");
   expect_error("&model d_model = 12abc /", "t.in:1:18: &model d_model: malformed number '12abc'\n");
-  expect_error("&model d_model = 99999999999999999999 /", "t.in:1:18: &model d_model: integer 99999999999999999999 is "
-                                                           "too large (the limit is 9223372036854775807)\n");
+  expect_error("&model d_model = 99999999999999999999 /",
+               "t.in:1:18: &model d_model: integer 99999999999999999999 is "
+               "too large (the limit is 9223372036854775807)\n");
   expect_error("&optim lr = 1e999 /", "t.in:1:13: &optim lr: real number 1e999 is out of range of a double\n");
 }
 
@@ -191,14 +211,17 @@ FM_TEST(warn_repeated_key) {
   FmDeck d;
   fm_deck_init(&d);
   char *msgs = NULL;
-  FM_EXPECT_EQ_INT(deck_bind_text(&d, "t.in", "&optim\n  lr = 1e-3\n  betas(1) = 0.8\n  lr = 2e-3, betas(2) = 0.9\n/", &msgs), 0);
-  FM_EXPECT_EQ_STR(msgs, "t.in:4:3: warning: &optim lr: set twice in this file (first at line 2); the last value wins\n");
+  FM_EXPECT_EQ_INT(
+      deck_bind_text(&d, "t.in", "&optim\n  lr = 1e-3\n  betas(1) = 0.8\n  lr = 2e-3, betas(2) = 0.9\n/", &msgs), 0);
+  FM_EXPECT_EQ_STR(msgs,
+                   "t.in:4:3: warning: &optim lr: set twice in this file (first at line 2); the last value wins\n");
   FM_EXPECT_EQ_INT(d.nwarnings, 1);
   FM_EXPECT(d.c.optim.lr == 2e-3);
   FM_EXPECT_EQ_INT(d.origin[FM_KEY_optim_lr].line, 4);
   free(msgs);
   /* Across files (and overrides) a key set again is layering: silent. */
-  FmDeckSource src[3] = {{"a.in", "&optim lr = 1e-3 /", false}, {"b.in", "&optim lr = 5e-4 /", false},
+  FmDeckSource src[3] = {{"a.in", "&optim lr = 1e-3 /", false},
+                         {"b.in", "&optim lr = 5e-4 /", false},
                          {"<command line>", "optim%lr=4e-4", true}};
   FM_EXPECT_EQ_INT(deck_bind_capture(&d, 3, src, &msgs), 0);
   FM_EXPECT_EQ_STR(msgs, "");
@@ -216,12 +239,13 @@ FM_TEST(err_reports_every_error) {
   FmDeckSource src[2] = {{"a.in", "&model d_model = 0\n  n_layers = 2 /\n&nope x = 1 /", false},
                          {"b.in", "&optim lr = 'x' /", false}};
   FM_EXPECT_EQ_INT(deck_bind_capture(&d, 2, src, &msgs), FM_EDECK);
-  FM_EXPECT_EQ_STR(msgs, "a.in:1:18: &model d_model = 0: out of range: must be >= 1\n"
-                         "a.in:2:3: &model n_layers: unknown key; expected a key of &model (fmhpc --help-deck lists "
-                         "them)\nhint: did you mean 'n_layer'?\n"
-                         "a.in:3:1: &nope: unknown group; expected one of &run, &model, &data, &prep, &tokenizer, "
-                         "&train, &optim, &parallel, &ckpt, &log, &eval, &generate\n"
-                         "b.in:1:13: &optim lr = 'x': expected a real number, got a string\n");
+  FM_EXPECT_EQ_STR(msgs,
+                   "a.in:1:18: &model d_model = 0: out of range: must be >= 1\n"
+                   "a.in:2:3: &model n_layers: unknown key; expected a key of &model (fmhpc --help-deck lists "
+                   "them)\nhint: did you mean 'n_layer'?\n"
+                   "a.in:3:1: &nope: unknown group; expected one of &run, &model, &data, &prep, &tokenizer, "
+                   "&train, &optim, &parallel, &ckpt, &log, &eval, &generate\n"
+                   "b.in:1:13: &optim lr = 'x': expected a real number, got a string\n");
   /* A rejected value leaves the key as it was. */
   FM_EXPECT_EQ_INT(d.c.model.d_model, 768);
   FM_EXPECT(d.origin[FM_KEY_model_d_model].file == NULL);

@@ -13,11 +13,21 @@ typedef struct Record {
 
 static void record_value(FmStr *b, const FmNlValue *v) {
   switch (v->kind) {
-  case FM_NL_INT: fm_str_printf(b, " I:%lld", (long long)v->i); break;
-  case FM_NL_REAL: fm_str_printf(b, " R:%.17g", v->r); break;
-  case FM_NL_BOOL: fm_str_printf(b, " B:%c", v->b ? 'T' : 'F'); break;
-  case FM_NL_STR: fm_str_printf(b, " S:<%s>", v->s); break;
-  case FM_NL_WORD: fm_str_printf(b, " W:%s", v->s); break;
+    case FM_NL_INT:
+      fm_str_printf(b, " I:%lld", (long long)v->i);
+      break;
+    case FM_NL_REAL:
+      fm_str_printf(b, " R:%.17g", v->r);
+      break;
+    case FM_NL_BOOL:
+      fm_str_printf(b, " B:%c", v->b ? 'T' : 'F');
+      break;
+    case FM_NL_STR:
+      fm_str_printf(b, " S:<%s>", v->s);
+      break;
+    case FM_NL_WORD:
+      fm_str_printf(b, " W:%s", v->s);
+      break;
   }
   fm_str_printf(b, "@%d:%d", v->line, v->col);
 }
@@ -57,23 +67,25 @@ static void expect_parse(const char *text, const char *want) {
 }
 
 FM_TEST(grammar_groups_separators_comments) {
-  expect_parse("! a comment line\n"
-               "&run task = 'train', seed = 7 ! trailing comment\n"
-               "  name = 'x'\n"
-               "/\n"
-               "\n"
-               "&model d_model=64,n_layer=2/\n",
-               "&run@2:1\n"
-               "run%task@2:6 = S:<train>@2:13\n"
-               "run%seed@2:22 = I:7@2:29\n"
-               "run%name@3:3 = S:<x>@3:10\n"
-               "&model@6:1\n"
-               "model%d_model@6:8 = I:64@6:16\n"
-               "model%n_layer@6:19 = I:2@6:27\n");
+  expect_parse(
+      "! a comment line\n"
+      "&run task = 'train', seed = 7 ! trailing comment\n"
+      "  name = 'x'\n"
+      "/\n"
+      "\n"
+      "&model d_model=64,n_layer=2/\n",
+      "&run@2:1\n"
+      "run%task@2:6 = S:<train>@2:13\n"
+      "run%seed@2:22 = I:7@2:29\n"
+      "run%name@3:3 = S:<x>@3:10\n"
+      "&model@6:1\n"
+      "model%d_model@6:8 = I:64@6:16\n"
+      "model%n_layer@6:19 = I:2@6:27\n");
 }
 
 FM_TEST(grammar_names_case_insensitive) {
-  expect_parse("&OPTIM LR = 1, Weight_Decay = 2 &END", "&optim@1:1\noptim%lr@1:8 = I:1@1:13\noptim%weight_decay@1:16 = I:2@1:31\n");
+  expect_parse("&OPTIM LR = 1, Weight_Decay = 2 &END",
+               "&optim@1:1\noptim%lr@1:8 = I:1@1:13\noptim%weight_decay@1:16 = I:2@1:31\n");
 }
 
 FM_TEST(grammar_strings_quotes_and_bang) {
@@ -129,6 +141,7 @@ FM_TEST(grammar_word_values_and_next_key) {
 
 FM_TEST(grammar_trailing_commas_crlf_tabs) {
   expect_parse("&g\r\n\ta = 1,\r\n\tb = 2,\r\n/\r\n", "&g@1:1\ng%a@2:2 = I:1@2:6\ng%b@3:2 = I:2@3:6\n");
+  expect_parse("\xEF\xBB\xBF&g a = 1 /", "&g@1:1\ng%a@1:4 = I:1@1:8\n"); /* a byte-order mark is skipped */
 }
 
 FM_TEST(grammar_terminators) {

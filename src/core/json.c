@@ -348,13 +348,15 @@ static int parse_container(Parser *ps, FmJson *v, int is_obj) {
   memset(v, 0, sizeof *v);
   v->type = is_obj ? FM_JSON_OBJ : FM_JSON_ARR;
   v->n = n;
-  v->items = arena_alloc(ps->arena, (size_t)n * sizeof *v->items);
-  memcpy(v->items, ps->stack + base, (size_t)n * sizeof *v->items);
-  if (is_obj) {
-    v->keys = arena_alloc(ps->arena, (size_t)n * sizeof *v->keys);
-    v->keylens = arena_alloc(ps->arena, (size_t)n * sizeof *v->keylens);
-    memcpy(v->keys, ps->kstack + base, (size_t)n * sizeof *v->keys);
-    memcpy(v->keylens, ps->klens + base, (size_t)n * sizeof *v->keylens);
+  if (n > 0) { /* an empty container has no items (and the stack may be NULL) */
+    v->items = arena_alloc(ps->arena, (size_t)n * sizeof *v->items);
+    memcpy(v->items, ps->stack + base, (size_t)n * sizeof *v->items);
+    if (is_obj) {
+      v->keys = arena_alloc(ps->arena, (size_t)n * sizeof *v->keys);
+      v->keylens = arena_alloc(ps->arena, (size_t)n * sizeof *v->keylens);
+      memcpy(v->keys, ps->kstack + base, (size_t)n * sizeof *v->keys);
+      memcpy(v->keylens, ps->klens + base, (size_t)n * sizeof *v->keylens);
+    }
   }
   ps->sp = base;
   ps->depth--;

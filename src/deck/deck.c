@@ -702,7 +702,7 @@ void fm_deck_help(FILE *out) {
     fprintf(out, "\n&%s: %s\n", groups[g].name, groups[g].help);
     for (int k = 0; k < FM_NKEYS; k++) {
       const FmKeyInfo *ki = &keys[k].info;
-      if (strcmp(ki->group, groups[g].name)) continue;
+      if (strcmp(ki->group, groups[g].name) != 0) continue;
       char tn[32];
       fprintf(out, "  %-22s %-9s default %s", ki->name, type_name(ki, tn, sizeof tn), ki->def[0] ? ki->def : "(none)");
       if (ki->range[0]) fprintf(out, "  %s %s", ki->type == FM_TYPE_STR ? "one of" : "range", ki->range);

@@ -11,14 +11,15 @@ void fm_table_init(FmTensorTable *tab) { memset(tab, 0, sizeof *tab); }
 FmTensor *fm_table_add(FmTensorTable *tab, const char *name, FmDType dt, uint32_t flags, FmTpSplit tp, int ndim,
                        const int64_t *shape) {
   if (ndim < 1 || ndim > FM_MAX_DIMS) fm_abort_one(1, "tensor %s: %d dims (1..%d allowed)", name, ndim, FM_MAX_DIMS);
-  if (strlen(name) >= sizeof(((FmTensor *)0)->name)) fm_abort_one(1, "tensor name too long: %s", name);
+  size_t len = strlen(name);
+  if (len >= sizeof(((FmTensor *)0)->name)) fm_abort_one(1, "tensor name too long: %s", name);
   if (tab->n == tab->cap) {
     tab->cap = tab->cap ? 2 * tab->cap : 64;
     tab->t = fm_xrealloc(tab->t, (size_t)tab->cap * sizeof *tab->t);
   }
   FmTensor *t = &tab->t[tab->n++];
   memset(t, 0, sizeof *t);
-  strcpy(t->name, name);
+  memcpy(t->name, name, len + 1);
   t->ndim = ndim;
   t->dtype = dt;
   t->flags = flags;

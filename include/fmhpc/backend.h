@@ -60,12 +60,36 @@ typedef struct FmBackend {
   void (*adamw_update)(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1, float beta2,
                        float eps, float weight_decay, float bc1, float bc2);
 
-  /* ---- room for later ops (same rules: CPU reference first, CUDA op with
-   * its test against it in tests/kernels):
-   *   gemm (OpenBLAS sgemm / cuBLASLt bf16|fp32, fp32 accumulation),
-   *   layernorm / rmsnorm fwd+bwd, RoPE fwd+bwd, causal GQA attention with
-   *   segment-id document mask fwd+bwd, fused softmax cross-entropy fwd+bwd,
-   *   quantize / dequantize. */
+  /* ---- model ops (fp32 storage; see fm_cpu_* below for the contracts). The
+   * CUDA side of these lands with its kernel tests; until then the CUDA table
+   * leaves them NULL and the CUDA backend is not offered for training. */
+  void (*matmul_fwd)(float *out, const float *inp, const float *w, const float *bias, int64_t N, int64_t C,
+                     int64_t OC);
+  void (*matmul_bwd)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                     int64_t N, int64_t C, int64_t OC);
+  void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                        int64_t N, int64_t C, float eps);
+  void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                        const float *mean, const float *rstd, int64_t N, int64_t C);
+  void (*rmsnorm_fwd)(float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C, float eps);
+  void (*rmsnorm_bwd)(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                      int64_t N, int64_t C);
+  void (*rope_fwd)(float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta);
+  void (*rope_bwd)(float *dx, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta);
+  void (*attention_fwd)(float *out, float *lse, const float *q, const float *k, const float *v, int64_t ldq,
+                        int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+  void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                        const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                        const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+  double (*xent_fwd_bwd)(float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                         const float *weight, int64_t N, int64_t C, int64_t V, float *scratch);
+  void (*embedding_fwd)(float *out, const int32_t *tokens, const float *wte, const int32_t *pos, const float *wpe,
+                        int64_t N, int64_t C);
+  void (*embedding_bwd)(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, const int32_t *pos,
+                        int64_t N, int64_t C, int64_t V);
+  /* bf16 emulation on/off (CPU: round matmul inputs and stored activations to
+   * bf16, accumulate in fp32, as the GPU's bf16 compute does). */
+  void (*set_compute_bf16)(int on);
 } FmBackend;
 
 /* The CPU backend: always present. */
@@ -95,6 +119,66 @@ void fm_cpu_cast_bf16_to_f32(float *out, const uint16_t *x, int64_t n);
 void fm_cpu_round_bf16(float *x, int64_t n);
 void fm_cpu_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1, float beta2,
                          float eps, float weight_decay, float bc1, float bc2);
+
+/* ---- CPU model ops: the readable specification. Shapes use STYLE.md's
+ * vocabulary; N = B*T rows; matrices row-major; weights stored (out, in) as
+ * torch.nn.Linear. Backward ops ACCUMULATE (+=) into every weight gradient
+ * (dw, db, dbias, dwte, dwpe) and into dinp/dq/dk/dv/dx, so a tied embedding
+ * or a residual branch sums correctly; callers zero gradients first. Every
+ * reduction runs in a fixed order whatever the thread count: same inputs,
+ * same bits (DESIGN section 6). No T x T or N x V buffer is ever made whole. */
+/* out (N, OC) = inp (N, C) @ w^T, w (OC, C), + bias (OC) unless bias is NULL. */
+void fm_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int64_t N, int64_t C,
+                       int64_t OC);
+/* dinp (N, C) += dout @ w; dw (OC, C) += dout^T @ inp; dbias (OC) += column
+ * sums of dout (each output may be NULL to skip it). */
+void fm_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                       int64_t N, int64_t C, int64_t OC);
+/* As torch.nn.LayerNorm (biased variance, eps inside the sqrt); keeps mean
+ * and rstd (N) for backward. */
+void fm_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int64_t N, int64_t C, float eps);
+void fm_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                          const float *mean, const float *rstd, int64_t N, int64_t C);
+/* As HF LlamaRMSNorm: out = w * x / sqrt(mean(x^2) + eps); keeps rstd (N). */
+void fm_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C, float eps);
+void fm_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                        int64_t N, int64_t C);
+/* RoPE in place on H heads of size HS per row (row stride ld elements), HF's
+ * rotate_half layout: pairs (i, i + HS/2), angle pos[n] * theta^(-2i/HS).
+ * Backward applies the inverse rotation to the gradient in place. */
+void fm_cpu_rope_fwd(float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta);
+void fm_cpu_rope_bwd(float *dx, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta);
+/* Causal attention with GQA (query head h uses KV head h / (NH/NKV)) and an
+ * optional document mask: position t sees s <= t with seg[b*T+s] == seg[b*T+t]
+ * (seg NULL: one document per row). q rows have stride ldq, k and v rows
+ * stride ldkv (so GPT-2's fused qkv buffer is read in place); head h of row n
+ * is at q + n*ldq + h*HS. out (N, NH*HS) dense; lse (B, NH, T) keeps each
+ * row's log-sum-exp. Scale 1/sqrt(HS). Computed blockwise with an online
+ * softmax: scores are never stored T x T. Backward recomputes scores from
+ * lse; dq/dk/dv use the same strides as q/k/v and are accumulated (+=). */
+void fm_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int64_t ldq,
+                          int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                          int64_t HS);
+void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                          const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                          const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+/* The output projection fused with softmax cross-entropy, in vocab chunks:
+ * logits = x (N, C) @ w^T, w (V, C). Returns sum_n weight[n] * loss_n in
+ * double (weight[n] = 0 masks a token; the caller passes 1/(global unmasked
+ * count) to get the mean). dx (N, C) += dloss/dx and dw (V, C) += dloss/dw
+ * for that weighted sum (either may be NULL: forward only). scratch holds at
+ * least fm_cpu_xent_scratch(N, V) floats. */
+double fm_cpu_xent_fwd_bwd(float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                           const float *weight, int64_t N, int64_t C, int64_t V, float *scratch);
+int64_t fm_cpu_xent_scratch(int64_t N, int64_t V);
+/* out (N, C) = wte[tokens[n]] + (wpe ? wpe[pos[n]] : 0). Backward scatters
+ * into dwte (V, C) / dwpe in a fixed order (no atomics; deterministic). */
+void fm_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, const int32_t *pos, const float *wpe,
+                          int64_t N, int64_t C);
+void fm_cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, const int32_t *pos,
+                          int64_t N, int64_t C, int64_t V);
+void fm_cpu_set_compute_bf16(int on);
 
 #ifdef FMHPC_HAVE_CUDA
 /* ---- the CUDA side (src/tensor/cuda/) ------------------------------------ */

@@ -1,0 +1,24 @@
+/* hash.h: SHA-256 (FIPS 180-4), one-shot and incremental, and a hex helper.
+ * Used for tokenizer hashes (fm_tok_hash) and data/checkpoint checksums.
+ * Nothing here is secret-handling code: no constant-time claims. */
+#ifndef FMHPC_HASH_H
+#define FMHPC_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct FmSha256 {
+  uint32_t h[8];
+  uint64_t nbytes;   /* message length so far */
+  uint8_t buf[64];   /* partial block */
+  size_t nbuf;
+} FmSha256;
+
+void fm_sha256_init(FmSha256 *s);
+void fm_sha256_update(FmSha256 *s, const void *data, size_t n);
+void fm_sha256_final(FmSha256 *s, uint8_t out[32]);
+void fm_sha256(const void *data, size_t n, uint8_t out[32]);
+/* 2*n lowercase hex digits and a NUL into hex (room for 2*n+1). */
+void fm_hex(const uint8_t *bytes, size_t n, char *hex);
+
+#endif

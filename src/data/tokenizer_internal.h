@@ -1,0 +1,115 @@
+/* tokenizer_internal.h: the FmTokenizer layout and the builder shared by
+ * src/data/tokenizer.c (encode/decode/hash), tokenizer_load.c (loaders),
+ * tokenizer_save.c (tokenizer.json writer) and bpe_train.c. Not a public
+ * interface: other modules use include/fmhpc/tokenizer.h. */
+#ifndef FMHPC_TOKENIZER_INTERNAL_H
+#define FMHPC_TOKENIZER_INTERNAL_H
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "fmhpc/tokenizer.h"
+
+/* How a pair's priority is defined. MERGES: the index of (left, right) in a
+ * merges list (GPT-2 vocab.bpe, HF tokenizer.json). RANKS: the rank of the
+ * concatenation left+right in the vocabulary (tiktoken: rank == id). Both
+ * then merge the leftmost pair of lowest priority, one pair at a time. */
+enum { FM__TOK_MERGES = 0, FM__TOK_RANKS = 1 };
+
+/* Per-id flags. */
+enum { FM__TOK_MODEL = 1, FM__TOK_ADDED = 2, FM__TOK_SPECIAL = 4 };
+
+/* Open-addressing map from byte strings (held in the tokenizer's pool) to
+ * ids. */
+typedef struct FmTokBSlot {
+  uint32_t off, len; /* len == UINT32_MAX: empty */
+  int32_t id;
+  uint32_t h32;
+} FmTokBSlot;
+typedef struct FmTokBMap {
+  FmTokBSlot *slot;
+  uint64_t cap, n; /* cap a power of two */
+} FmTokBMap;
+
+/* Open-addressing map from (left, right) id pairs to (priority, merged id). */
+typedef struct FmTokPSlot {
+  uint64_t key; /* UINT64_MAX: empty */
+  int32_t prio, merged;
+} FmTokPSlot;
+typedef struct FmTokPMap {
+  FmTokPSlot *slot;
+  uint64_t cap, n;
+} FmTokPMap;
+
+struct FmTokenizer {
+  int algo;              /* FM__TOK_MERGES or FM__TOK_RANKS */
+  bool ignore_merges;    /* a pre-token that is itself in the vocab is emitted whole */
+  bool add_prefix_space; /* HF ByteLevel add_prefix_space */
+  char *pattern;         /* pre-tokenizer regex, NULL: no split */
+  pcre2_code *re;
+  bool jit;
+  int64_t n_ids; /* largest id + 1 */
+  uint32_t *off, *len; /* token bytes in pool; len UINT32_MAX: a hole */
+  uint8_t *flags;
+  char *pool;
+  size_t pool_len, pool_cap;
+  int64_t ids_cap;
+  FmTokBMap vocab; /* model tokens: bytes -> id */
+  FmTokPMap pairs;
+  int32_t (*merges)[2]; /* MERGES: the list in priority order */
+  int64_t n_merges, merges_cap;
+  int32_t byte_id[256];
+  int32_t *added; /* ids of added tokens (matched in text as a whole) */
+  int n_added;
+  uint8_t added_first[256]; /* 1 when some added token starts with this byte */
+  int32_t eos;
+  uint64_t serial; /* identifies this tokenizer to thread-local caches */
+  char hash[65];
+};
+
+/* GPT-2's bytes_to_unicode (openai/gpt-2 encoder.py): byte -> code point. */
+uint32_t fm__tok_byte_to_cp(uint8_t b);
+/* Inverse: code point -> byte, or -1 when cp is not a ByteLevel character. */
+int fm__tok_cp_to_byte(uint32_t cp);
+/* Decode a ByteLevel string (UTF-8 of byte-level code points) to bytes into
+ * out (room for n bytes); returns the byte count or -1. */
+int64_t fm__tok_bytelevel_decode(const char *s, size_t n, char *out);
+/* Encode bytes as a ByteLevel UTF-8 string into b. */
+void fm__tok_bytelevel_encode(FmStr *b, const char *s, size_t n);
+
+uint64_t fm__tok_hash_bytes(const void *p, size_t n);
+
+FmTokenizer *fm__tok_new(int algo);
+/* Set id's bytes and flags (grows the id space). FM_MODEL tokens go into the
+ * vocab map. Returns 0, or FM_EFORMAT when id already holds other bytes or
+ * the model vocab already has these bytes under another id (*other set). */
+int fm__tok_set(FmTokenizer *t, int32_t id, const char *s, size_t n, int flags, int32_t *other);
+/* Model-vocab id of bytes s[0..n), or -1. */
+int32_t fm__tok_lookup(const FmTokenizer *t, const char *s, size_t n);
+/* The id of bytes(l)+bytes(r) in the model vocab, or -1. */
+int32_t fm__tok_concat_id(const FmTokenizer *t, int32_t l, int32_t r);
+/* Append a merge (MERGES); merged must be fm__tok_concat_id(l, r). Later
+ * duplicates of a pair replace earlier ones, as HF tokenizers' HashMap does. */
+void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged);
+/* Set the pre-tokenizer pattern (NULL: none). */
+void fm__tok_set_pattern(FmTokenizer *t, const char *pattern);
+/* Finish: byte ids (every byte must be a token), the RANKS pair map, the
+ * regex (compiled with UTF|UCP, JIT when available), added tokens, EOS and
+ * hash. Errors name `src`. */
+int fm__tok_finish(FmTokenizer *t, const char *src, FILE *err);
+
+/* The GPT-2 byte-level BPE step over one pre-token (exposed for tests that
+ * force the long-word path). */
+int64_t fm__tok_bpe(const FmTokenizer *t, const uint8_t *s, size_t n, int32_t *out);
+/* Split text (no added tokens) into pre-tokens exactly as encoding does,
+ * handing each to fn (training counts words with it). */
+typedef void (*FmTokPieceFn)(void *ctx, const char *s, size_t n);
+int fm__tok_pretokenize(const FmTokenizer *t, FmTokCache *c, const char *text, size_t n, FmTokPieceFn fn, void *ctx);
+/* Pre-tokens longer than this use the heap-based merge loop (tests lower it). */
+extern size_t fm__tok_small_max;
+
+#endif

@@ -1,0 +1,505 @@
+/* tokenizer_load.c: the three ways a byte-level BPE tokenizer arrives.
+ *   - a directory with GPT-2's encoder.json + vocab.bpe (openai/gpt-2);
+ *   - a Hugging Face tokenizer.json with a BPE model;
+ *   - a tiktoken rank file (base64 token, space, rank; one per line).
+ * Each loader checks everything it reads and rejects what fmhpc would not
+ * tokenize exactly as the reference does (a normalizer, a WordPiece model,
+ * Metaspace, byte_fallback, ...): an error names the file, the place (JSON
+ * line:col or path, or "vocab.bpe line 17"), the rule, and a hint. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fmhpc/core.h"
+#include "fmhpc/json.h"
+#include "tokenizer_internal.h"
+
+#define FM_TOK_PATTERN_O200K                                                                              \
+  "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
+  "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
+  "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+static void say(FILE *err, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(FILE *err, const char *hint, const char *fmt, ...) {
+  if (!err) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(err, fmt, ap);
+  va_end(ap);
+  fputc('\n', err);
+  if (hint) fprintf(err, "hint: %s\n", hint);
+}
+
+/* A JSON string shortened for messages. */
+static const char *shown(const char *s, size_t n, char *buf, size_t cap) {
+  size_t k = n < cap - 4 ? n : cap - 4;
+  memcpy(buf, s, k);
+  strcpy(buf + k, n > k ? "..." : "");
+  return buf;
+}
+
+/* ---- GPT-2: encoder.json + vocab.bpe ------------------------------------ */
+/* vocab.bpe's merge lines "a b" (HF's GPT2 loader and encoder.py read them
+ * the same way: an optional "#version" first line, then one merge a line). */
+static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
+  char *text;
+  size_t len;
+  if (fm_read_file(path, &text, &len)) {
+    say(err, "a GPT-2 tokenizer directory holds encoder.json and vocab.bpe", "%s: cannot read: %s", path,
+        strerror(errno));
+    return FM_EIO;
+  }
+  int rc = 0;
+  char *p = text, *end = text + len;
+  char *lb = fm_xmalloc(len + 1), *rb = fm_xmalloc(len + 1);
+  for (int64_t line = 1; p < end && !rc; line++) {
+    char *nl = memchr(p, '\n', (size_t)(end - p));
+    char *e = nl ? nl : end;
+    size_t n = (size_t)(e - p);
+    if (n && p[n - 1] == '\r') n--;
+    if (!(line == 1 && n >= 8 && !memcmp(p, "#version", 8)) && n > 0) {
+      char *sp = memchr(p, ' ', n);
+      if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
+        say(err, "each line of vocab.bpe is two tokens separated by one space", "%s line %lld: not a merge: '%.*s'",
+            path, (long long)line, (int)(n > 60 ? 60 : n), p);
+        rc = FM_EFORMAT;
+        break;
+      }
+      int64_t nl_ = fm__tok_bytelevel_decode(p, (size_t)(sp - p), lb);
+      int64_t nr_ = fm__tok_bytelevel_decode(sp + 1, (size_t)(p + n - sp - 1), rb);
+      int32_t l = nl_ > 0 ? fm__tok_lookup(t, lb, (size_t)nl_) : -1;
+      int32_t r = nr_ > 0 ? fm__tok_lookup(t, rb, (size_t)nr_) : -1;
+      int32_t m = l >= 0 && r >= 0 ? fm__tok_concat_id(t, l, r) : -1;
+      if (m < 0) {
+        say(err, "vocab.bpe and encoder.json must come from the same tokenizer",
+            "%s line %lld: merge '%.*s': %s is not in encoder.json", path, (long long)line, (int)n, p,
+            l < 0 ? "the left token" : r < 0 ? "the right token" : "the merged token");
+        rc = FM_EFORMAT;
+        break;
+      }
+      fm__tok_add_merge(t, l, r, m);
+    }
+    p = nl ? nl + 1 : end;
+  }
+  free(lb), free(rb), free(text);
+  return rc;
+}
+
+static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
+  char *text;
+  size_t len;
+  if (fm_read_file(path, &text, &len)) {
+    say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
+    return FM_EIO;
+  }
+  FmJsonError je;
+  int rc = fm_json_parse(doc, text, len, 0, &je);
+  free(text);
+  if (rc) {
+    say(err, "the file must be strict JSON (RFC 8259)", "%s:%d:%d: %s", path, je.line, je.col, je.msg);
+    return FM_EFORMAT;
+  }
+  return 0;
+}
+
+/* vocab: {"ByteLevel token": id, ...}. added: content of added tokens, whose
+ * vocab entries (if any) are kept as raw text. */
+static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const char *where, FILE *err) {
+  char sb[80];
+  if (!v || v->type != FM_JSON_OBJ) {
+    say(err, NULL, "%s: %s must be an object of token -> id", file, where);
+    return FM_EFORMAT;
+  }
+  size_t cap = 64;
+  char *buf = fm_xmalloc(cap);
+  int rc = 0;
+  for (int64_t i = 0; i < v->n && !rc; i++) {
+    const char *k = v->keys[i];
+    size_t kn = v->keylens[i];
+    const FmJson *id = &v->items[i];
+    if (id->type != FM_JSON_NUM || !id->is_int || id->i < 0 || id->i >= INT32_MAX) {
+      say(err, NULL, "%s: %s[\"%s\"]: the id must be an integer in [0, 2^31-1)", file, where, shown(k, kn, sb, sizeof sb));
+      rc = FM_EFORMAT;
+      break;
+    }
+    if (kn > cap) cap = kn * 2, buf = fm_xrealloc(buf, cap);
+    int64_t nb = fm__tok_bytelevel_decode(k, kn, buf);
+    if (nb <= 0) {
+      /* Not ByteLevel text: acceptable only for an added token's own entry. */
+      int32_t want = (int32_t)id->i;
+      size_t an;
+      const char *ab = fm_tok_token_bytes(t, want, &an);
+      if (ab && (t->flags[want] & FM__TOK_ADDED) && an == kn && !memcmp(ab, k, kn)) continue;
+      say(err, "fmhpc supports byte-level BPE: every vocabulary token is GPT-2 ByteLevel text",
+          "%s: %s[\"%s\"]: not a ByteLevel token", file, where, shown(k, kn, sb, sizeof sb));
+      rc = FM_EFORMAT;
+      break;
+    }
+    int32_t other = -1;
+    if (fm__tok_set(t, (int32_t)id->i, buf, (size_t)nb, FM__TOK_MODEL, &other)) {
+      say(err, NULL, "%s: %s[\"%s\"]: id %lld %s", file, where, shown(k, kn, sb, sizeof sb), (long long)id->i,
+          other == (int32_t)id->i ? "is already another token's id" : "repeats a token already in the vocabulary");
+      rc = FM_EFORMAT;
+    }
+  }
+  free(buf);
+  return rc;
+}
+
+static int load_gpt2_dir(FmTokenizer **out, const char *dir, FILE *err) {
+  char enc[4096], bpe[4096];
+  snprintf(enc, sizeof enc, "%s/encoder.json", dir);
+  snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
+  FmJsonDoc doc;
+  int rc = parse_json_file(enc, &doc, err);
+  if (rc) return rc;
+  FmTokenizer *t = fm__tok_new(FM__TOK_MERGES);
+  rc = load_vocab(t, &doc.root, enc, "encoder.json", err);
+  fm_json_free(&doc);
+  if (!rc) rc = load_merges_file(t, bpe, err);
+  if (!rc) {
+    /* GPT-2's end of text: a special token (never from plain text). */
+    int32_t eot = fm__tok_lookup(t, "<|endoftext|>", 13);
+    if (eot >= 0) fm__tok_set(t, eot, "<|endoftext|>", 13, FM__TOK_ADDED | FM__TOK_SPECIAL, NULL);
+    fm__tok_set_pattern(t, FM_TOK_PATTERN_GPT2);
+    rc = fm__tok_finish(t, dir, err);
+  }
+  if (rc) fm_tok_free(t);
+  else *out = t;
+  return rc;
+}
+
+/* ---- tiktoken rank files ------------------------------------------------ */
+static int b64val(int c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+/* Standard base64 with padding; returns the byte count or -1. */
+static int64_t b64decode(const char *s, size_t n, char *out) {
+  if (n % 4) return -1;
+  int64_t k = 0;
+  for (size_t i = 0; i < n; i += 4) {
+    int v[4], pad = 0;
+    for (int j = 0; j < 4; j++) {
+      if (s[i + j] == '=' && i + 4 == n && j >= 2) v[j] = 0, pad++;
+      else if (pad || (v[j] = b64val((unsigned char)s[i + j])) < 0) return -1;
+    }
+    uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
+    out[k++] = (char)(w >> 16);
+    if (pad < 2) out[k++] = (char)(w >> 8);
+    if (pad < 1) out[k++] = (char)w;
+  }
+  return k;
+}
+
+/* A tiktoken file holds only the ranks; the pattern and the special tokens
+ * are tiktoken_ext/openai_public.py's, chosen by the file's name. */
+typedef struct TiktokenSpec {
+  const char *name;
+  const char *pattern;
+  struct {
+    const char *text;
+    int32_t id;
+  } special[8];
+} TiktokenSpec;
+static const TiktokenSpec tiktoken_specs[] = {
+    {"r50k_base", FM_TOK_PATTERN_GPT2, {{"<|endoftext|>", 50256}}},
+    {"p50k_base", FM_TOK_PATTERN_GPT2, {{"<|endoftext|>", 50256}}},
+    {"cl100k_base",
+     FM_TOK_PATTERN_CL100K,
+     {{"<|endoftext|>", 100257},
+      {"<|fim_prefix|>", 100258},
+      {"<|fim_middle|>", 100259},
+      {"<|fim_suffix|>", 100260},
+      {"<|endofprompt|>", 100276}}},
+    {"o200k_base", FM_TOK_PATTERN_O200K, {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
+};
+
+static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, size_t len, FILE *err) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  const TiktokenSpec *spec = NULL;
+  for (size_t i = 0; i < sizeof tiktoken_specs / sizeof *tiktoken_specs; i++)
+    if (strstr(base, tiktoken_specs[i].name)) spec = &tiktoken_specs[i];
+  if (!spec) {
+    say(err,
+        "name the file after its encoding (its name must contain r50k_base, p50k_base, cl100k_base or o200k_base), or "
+        "convert it to a tokenizer.json that states its pre-tokenizer",
+        "%s: a tiktoken rank file does not say its pre-tokenizer pattern or special tokens, and the name '%s' "
+        "is not a known encoding",
+        path, base);
+    return FM_EFORMAT;
+  }
+  FmTokenizer *t = fm__tok_new(FM__TOK_RANKS);
+  t->ignore_merges = true; /* tiktoken: a piece in the encoder is one token */
+  char *buf = fm_xmalloc(len + 1);
+  int rc = 0;
+  const char *p = text, *end = text + len;
+  for (int64_t line = 1; p < end && !rc; line++) {
+    const char *nl = memchr(p, '\n', (size_t)(end - p));
+    const char *e = nl ? nl : end;
+    if (e > p) {
+      const char *sp = memchr(p, ' ', (size_t)(e - p));
+      char *rend = NULL;
+      long long rank = sp ? strtoll(sp + 1, &rend, 10) : -1;
+      int64_t nb = sp ? b64decode(p, (size_t)(sp - p), buf) : -1;
+      int32_t other = -1;
+      if (!sp || nb <= 0 || rend != e || rank < 0 || rank >= INT32_MAX) {
+        say(err, "each line of a tiktoken file is: base64 token, one space, decimal rank", "%s line %lld: malformed",
+            path, (long long)line);
+        rc = FM_EFORMAT;
+      } else if (fm__tok_set(t, (int32_t)rank, buf, (size_t)nb, FM__TOK_MODEL, &other)) {
+        say(err, NULL, "%s line %lld: rank %lld %s", path, (long long)line, rank,
+            other == (int32_t)rank ? "appears twice" : "repeats a token of another rank");
+        rc = FM_EFORMAT;
+      }
+    }
+    p = nl ? nl + 1 : end;
+  }
+  free(buf);
+  for (int i = 0; !rc && i < 8 && spec->special[i].text; i++) {
+    const char *s = spec->special[i].text;
+    if (fm__tok_set(t, spec->special[i].id, s, strlen(s), FM__TOK_ADDED | FM__TOK_SPECIAL, NULL)) {
+      say(err, NULL, "%s: rank %d is a token of the file, but %s needs it for %s", path, spec->special[i].id,
+          spec->name, s);
+      rc = FM_EFORMAT;
+    }
+  }
+  if (!rc) {
+    fm__tok_set_pattern(t, spec->pattern);
+    rc = fm__tok_finish(t, path, err);
+  }
+  if (rc) fm_tok_free(t);
+  else *out = t;
+  return rc;
+}
+
+/* ---- Hugging Face tokenizer.json ---------------------------------------- */
+static bool is_null(const FmJson *v) { return !v || v->type == FM_JSON_NULL; }
+static bool is_str(const FmJson *v, const char *s) {
+  return v && v->type == FM_JSON_STR && v->len == strlen(s) && !memcmp(v->s, s, v->len);
+}
+static bool bool_or(const FmJson *v, bool dflt) { return v && v->type == FM_JSON_BOOL ? v->b : dflt; }
+
+static int unsupported(FILE *err, const char *file, const char *where, const FmJson *type, const char *why) {
+  char sb[80];
+  say(err,
+      "fmhpc reads byte-level BPE tokenizer.json files (GPT-2, Llama 3, tiktoken conversions, its own): "
+      "ByteLevel or Split+ByteLevel pre-tokenizers, no normalizer",
+      "%s: %s%s%s%s: %s", file, where, type && type->type == FM_JSON_STR ? " type '" : "",
+      type && type->type == FM_JSON_STR ? shown(type->s, type->len, sb, sizeof sb) : "",
+      type && type->type == FM_JSON_STR ? "'" : "", why);
+  return FM_EFORMAT;
+}
+
+/* Pre-tokenizer: ByteLevel, or Sequence[Split(regex, Isolated), ByteLevel(use_regex false)]. */
+static int load_pretok(FmTokenizer *t, const FmJson *pt, const char *file, FILE *err) {
+  if (is_null(pt)) return unsupported(err, file, "pre_tokenizer", NULL, "missing: a byte-level BPE needs ByteLevel");
+  const FmJson *type = fm_json_get(pt, "type");
+  const FmJson *split = NULL, *bl = NULL;
+  if (is_str(type, "ByteLevel")) {
+    bl = pt;
+  } else if (is_str(type, "Sequence")) {
+    const FmJson *seq = fm_json_get(pt, "pretokenizers");
+    if (!seq || seq->type != FM_JSON_ARR || seq->n < 1 || seq->n > 2)
+      return unsupported(err, file, "pre_tokenizer.pretokenizers", NULL, "expected [Split, ByteLevel] or [ByteLevel]");
+    const FmJson *last = &seq->items[seq->n - 1];
+    if (!is_str(fm_json_get(last, "type"), "ByteLevel"))
+      return unsupported(err, file, "pre_tokenizer.pretokenizers[last]", fm_json_get(last, "type"),
+                         "the last pre-tokenizer must be ByteLevel");
+    bl = last;
+    if (seq->n == 2) {
+      split = &seq->items[0];
+      if (!is_str(fm_json_get(split, "type"), "Split"))
+        return unsupported(err, file, "pre_tokenizer.pretokenizers[0]", fm_json_get(split, "type"),
+                           "only Split may come before ByteLevel");
+    }
+  } else {
+    return unsupported(err, file, "pre_tokenizer", type, "not supported");
+  }
+  t->add_prefix_space = bool_or(fm_json_get(bl, "add_prefix_space"), false);
+  bool use_regex = bool_or(fm_json_get(bl, "use_regex"), true);
+  if (split) {
+    if (use_regex)
+      return unsupported(err, file, "pre_tokenizer.pretokenizers[1].use_regex", NULL,
+                         "true after a Split (two regex passes) is not supported");
+    const FmJson *beh = fm_json_get(split, "behavior");
+    if (!is_str(beh, "Isolated"))
+      return unsupported(err, file, "pre_tokenizer.pretokenizers[0].behavior", NULL, "only \"Isolated\" is supported");
+    if (bool_or(fm_json_get(split, "invert"), false))
+      return unsupported(err, file, "pre_tokenizer.pretokenizers[0].invert", NULL, "only false is supported");
+    const FmJson *pat = fm_json_get(split, "pattern");
+    const FmJson *re = pat ? fm_json_get(pat, "Regex") : NULL, *lit = pat ? fm_json_get(pat, "String") : NULL;
+    if (re && re->type == FM_JSON_STR) {
+      if (strlen(re->s) != re->len)
+        return unsupported(err, file, "pre_tokenizer.pretokenizers[0].pattern.Regex", NULL, "holds a NUL");
+      fm__tok_set_pattern(t, re->s);
+    } else if (lit && lit->type == FM_JSON_STR && lit->len > 0 && strlen(lit->s) == lit->len) {
+      FmStr q; /* a literal: quote it for PCRE2 */
+      fm_str_init(&q);
+      fm_str_cat(&q, "\\Q");
+      fm_str_cat(&q, lit->s);
+      fm_str_cat(&q, "\\E");
+      fm__tok_set_pattern(t, q.s);
+      fm_str_free(&q);
+    } else {
+      return unsupported(err, file, "pre_tokenizer.pretokenizers[0].pattern", NULL,
+                         "expected {\"Regex\": \"...\"} or {\"String\": \"...\"}");
+    }
+  } else {
+    fm__tok_set_pattern(t, use_regex ? FM_TOK_PATTERN_GPT2 : NULL); /* HF ByteLevel's regex is GPT-2's */
+  }
+  return 0;
+}
+
+static int check_model(const FmJson *m, const char *file, FILE *err) {
+  if (!m || m->type != FM_JSON_OBJ) return unsupported(err, file, "model", NULL, "missing");
+  const FmJson *type = fm_json_get(m, "type");
+  if (type && !is_str(type, "BPE")) return unsupported(err, file, "model", type, "only BPE models are supported");
+  const FmJson *d = fm_json_get(m, "dropout");
+  if (!is_null(d) && !(d->type == FM_JSON_NUM && d->num == 0.0))
+    return unsupported(err, file, "model.dropout", NULL, "BPE dropout is not supported (it is random)");
+  const char *empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+  for (int i = 0; i < 2; i++) {
+    const FmJson *v = fm_json_get(m, empty_keys[i]);
+    if (!is_null(v) && !(v->type == FM_JSON_STR && v->len == 0)) {
+      char w[64];
+      snprintf(w, sizeof w, "model.%s", empty_keys[i]);
+      return unsupported(err, file, w, NULL, "must be null in a byte-level BPE");
+    }
+  }
+  if (bool_or(fm_json_get(m, "byte_fallback"), false))
+    return unsupported(err, file, "model.byte_fallback", NULL, "true (SentencePiece-style <0xNN> tokens) is not supported");
+  return 0;
+}
+
+static int load_added(FmTokenizer *t, const FmJson *a, const char *file, FILE *err) {
+  if (is_null(a)) return 0;
+  if (a->type != FM_JSON_ARR) return unsupported(err, file, "added_tokens", NULL, "must be an array");
+  for (int64_t i = 0; i < a->n; i++) {
+    const FmJson *e = &a->items[i], *id = fm_json_get(e, "id"), *c = fm_json_get(e, "content");
+    char w[96];
+    snprintf(w, sizeof w, "added_tokens[%lld]", (long long)i);
+    if (!id || !id->is_int || id->i < 0 || id->i >= INT32_MAX || !c || c->type != FM_JSON_STR || c->len == 0)
+      return unsupported(err, file, w, NULL, "needs an integer id and a non-empty content string");
+    const char *flags[] = {"lstrip", "rstrip", "single_word"};
+    for (int k = 0; k < 3; k++)
+      if (bool_or(fm_json_get(e, flags[k]), false)) {
+        snprintf(w, sizeof w, "added_tokens[%lld].%s", (long long)i, flags[k]);
+        return unsupported(err, file, w, NULL, "true is not supported (fmhpc matches added tokens exactly)");
+      }
+    int fl = FM__TOK_ADDED | (bool_or(fm_json_get(e, "special"), false) ? FM__TOK_SPECIAL : 0);
+    if (fm__tok_set(t, (int32_t)id->i, c->s, c->len, fl, NULL)) {
+      snprintf(w, sizeof w, "added_tokens[%lld].id", (long long)i);
+      return unsupported(err, file, w, NULL, "is already used by another added token");
+    }
+  }
+  return 0;
+}
+
+static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, FILE *err) {
+  if (!ms || ms->type != FM_JSON_ARR) return unsupported(err, file, "model.merges", NULL, "must be an array");
+  char *lb = NULL, *rb = NULL;
+  size_t cap = 0;
+  int rc = 0;
+  for (int64_t i = 0; i < ms->n && !rc; i++) {
+    const FmJson *e = &ms->items[i];
+    const char *ls = NULL, *rs = NULL;
+    size_t ln = 0, rn = 0;
+    if (e->type == FM_JSON_STR) { /* "a b" (tokenizers < 0.20 and many files) */
+      const char *sp = memchr(e->s, ' ', e->len);
+      if (sp && !memchr(sp + 1, ' ', e->len - (size_t)(sp - e->s) - 1))
+        ls = e->s, ln = (size_t)(sp - e->s), rs = sp + 1, rn = e->len - ln - 1;
+    } else if (e->type == FM_JSON_ARR && e->n == 2 && e->items[0].type == FM_JSON_STR &&
+               e->items[1].type == FM_JSON_STR) { /* ["a", "b"] (tokenizers >= 0.20) */
+      ls = e->items[0].s, ln = e->items[0].len, rs = e->items[1].s, rn = e->items[1].len;
+    }
+    char w[96];
+    snprintf(w, sizeof w, "model.merges[%lld]", (long long)i);
+    if (!ls || !ln || !rn) {
+      rc = unsupported(err, file, w, NULL, "a merge is \"left right\" or [\"left\", \"right\"]");
+      break;
+    }
+    if (ln + rn > cap) cap = 2 * (ln + rn), lb = fm_xrealloc(lb, cap), rb = fm_xrealloc(rb, cap);
+    int64_t nl = fm__tok_bytelevel_decode(ls, ln, lb), nr = fm__tok_bytelevel_decode(rs, rn, rb);
+    int32_t l = nl > 0 ? fm__tok_lookup(t, lb, (size_t)nl) : -1;
+    int32_t r = nr > 0 ? fm__tok_lookup(t, rb, (size_t)nr) : -1;
+    int32_t m = l >= 0 && r >= 0 ? fm__tok_concat_id(t, l, r) : -1;
+    if (m < 0)
+      rc = unsupported(err, file, w, NULL,
+                       l < 0   ? "the left token is not in model.vocab"
+                       : r < 0 ? "the right token is not in model.vocab"
+                               : "the merged token is not in model.vocab (HF: MergeTokenOutOfVocabulary)");
+    else fm__tok_add_merge(t, l, r, m);
+  }
+  free(lb), free(rb);
+  return rc;
+}
+
+static int load_tokenizer_json(FmTokenizer **out, const char *path, FILE *err) {
+  FmJsonDoc doc;
+  int rc = parse_json_file(path, &doc, err);
+  if (rc) return rc;
+  const FmJson *root = &doc.root;
+  FmTokenizer *t = fm__tok_new(FM__TOK_MERGES);
+  if (root->type != FM_JSON_OBJ) rc = unsupported(err, path, "(root)", NULL, "must be an object");
+  const FmJson *norm = rc ? NULL : fm_json_get(root, "normalizer");
+  if (!rc && !is_null(norm))
+    rc = unsupported(err, path, "normalizer", fm_json_get(norm, "type"),
+                     "not supported: fmhpc encodes the bytes as given (no normalization)");
+  const FmJson *m = rc ? NULL : fm_json_get(root, "model");
+  if (!rc) rc = check_model(m, path, err);
+  if (!rc) rc = load_pretok(t, fm_json_get(root, "pre_tokenizer"), path, err);
+  const FmJson *dec = rc ? NULL : fm_json_get(root, "decoder");
+  if (!rc && !is_null(dec) && !is_str(fm_json_get(dec, "type"), "ByteLevel"))
+    rc = unsupported(err, path, "decoder", fm_json_get(dec, "type"), "only ByteLevel decodes byte-level BPE");
+  /* Post-processors only add special tokens around a sequence; fmhpc's
+   * encode never adds them (prep places EOS itself), so these are ignored. */
+  const FmJson *pp = rc ? NULL : fm_json_get(root, "post_processor");
+  if (!rc && !is_null(pp)) {
+    const FmJson *ty = fm_json_get(pp, "type");
+    if (!is_str(ty, "ByteLevel") && !is_str(ty, "TemplateProcessing") && !is_str(ty, "RobertaProcessing") &&
+        !is_str(ty, "BertProcessing") && !is_str(ty, "Sequence"))
+      rc = unsupported(err, path, "post_processor", ty, "not supported");
+  }
+  if (!rc) rc = load_added(t, fm_json_get(root, "added_tokens"), path, err);
+  if (!rc) rc = load_vocab(t, fm_json_get(m, "vocab"), path, "model.vocab", err);
+  if (!rc) {
+    t->ignore_merges = bool_or(fm_json_get(m, "ignore_merges"), false);
+    rc = load_merges_json(t, fm_json_get(m, "merges"), path, err);
+  }
+  fm_json_free(&doc);
+  if (!rc) rc = fm__tok_finish(t, path, err);
+  if (rc) fm_tok_free(t);
+  else *out = t;
+  return rc;
+}
+
+int fm_tok_load(FmTokenizer **tok, const char *path, FILE *err) {
+  *tok = NULL;
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    say(err, "give a tokenizer.json, a *.tiktoken rank file, or a directory with encoder.json + vocab.bpe",
+        "%s: cannot open tokenizer: %s", path, strerror(errno));
+    return FM_EIO;
+  }
+  if (S_ISDIR(st.st_mode)) return load_gpt2_dir(tok, path, err);
+  char *text;
+  size_t len;
+  if (fm_read_file(path, &text, &len)) {
+    say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
+    return FM_EIO;
+  }
+  size_t i = 0;
+  while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) i++;
+  int rc = i < len && text[i] == '{' ? load_tokenizer_json(tok, path, err) : load_tiktoken(tok, path, text, len, err);
+  free(text);
+  return rc;
+}

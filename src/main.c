@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "fmhpc/core.h"
+#include "fmhpc/data.h"
 #include "fmhpc/deck.h"
 #include "fmhpc/runtime.h"
 #include "fmhpc/train.h"
@@ -153,6 +154,8 @@ int main(int argc, char **argv) {
   int rc;
   if (!strcmp(task, "check")) {
     rc = run_check(&deck, &a, world, stdout);
+  } else if (!strcmp(task, "prep")) {
+    rc = fm_prep_run(&deck, world, stdout);
   } else {
     if (err)
       fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check\n", task,

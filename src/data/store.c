@@ -1,0 +1,304 @@
+/* store.c: the one reader interface over packed shards. Opens a prep
+ * manifest (h5 or bin shards) or a single .h5 shard, maps a sample id to
+ * (shard, row), reads rows shard by shard (sorted, deduplicated, so HDF5 gets
+ * one hyperslab union per shard) and turns stored rows of R ids into model
+ * inputs, targets and masks. The shard formats live in store_h5.c and
+ * store_bin.c. */
+#include "fmhpc/data.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmhpc/json.h"
+
+struct FmStore {
+  FmStoreInfo info;
+  FmComm *comm;
+  int nshards;
+  FmShardReader **shard;
+  int64_t *first; /* first global row of each shard; first[nshards] = N */
+  /* scratch, grown to the largest batch seen (no malloc once warm) */
+  int64_t scap;
+  int64_t *key, *rows;
+  uint32_t *tok;
+  uint8_t *mask;
+  int32_t *pos, *seg, *touched;
+};
+
+void fm_batch_alloc(FmBatch *b, int64_t cap, int64_t T) {
+  memset(b, 0, sizeof *b);
+  b->cap = cap;
+  b->T = T;
+  size_t n = (size_t)(cap * T);
+  b->tokens = fm_xmalloc(n * sizeof *b->tokens);
+  b->targets = fm_xmalloc(n * sizeof *b->targets);
+  b->position_ids = fm_xmalloc(n * sizeof *b->position_ids);
+  b->segment_ids = fm_xmalloc(n * sizeof *b->segment_ids);
+  b->loss_mask = fm_xmalloc(n);
+}
+
+void fm_batch_free(FmBatch *b) {
+  free(b->tokens);
+  free(b->targets);
+  free(b->position_ids);
+  free(b->segment_ids);
+  free(b->loss_mask);
+  memset(b, 0, sizeof *b);
+}
+
+static int ends_with(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int json_i64(const FmJson *o, const char *key, int64_t *v) {
+  const FmJson *j = fm_json_get(o, key);
+  if (!j || j->type != FM_JSON_NUM || !j->is_int) return FM_EFORMAT;
+  *v = j->i;
+  return 0;
+}
+static int json_str(const FmJson *o, const char *key, char *buf, size_t cap) {
+  const FmJson *j = fm_json_get(o, key);
+  if (!j || j->type != FM_JSON_STR) return FM_EFORMAT;
+  snprintf(buf, cap, "%s", j->s);
+  return 0;
+}
+
+/* Shards listed in a manifest; h5 shards must agree with it. */
+static int open_manifest(FmStore *st, const char *path, const char *format, FILE *err) {
+  char *text = NULL;
+  int rc = 0;
+  if (!st->comm || st->comm->rank == 0) rc = fm_read_file(path, &text, NULL);
+  if (st->comm) {
+    int32_t r = rc;
+    fm_comm_bcast(st->comm, &r, 1, FM_DT_I32, 0);
+    rc = r;
+    if (!rc) fm_comm_bcast_str(st->comm, &text, 0);
+  }
+  if (rc) {
+    if (err) fprintf(err, "%s: cannot read the store manifest\nhint: run task='prep' first, or check &data train\n", path);
+    return FM_EIO;
+  }
+  FmJsonDoc doc;
+  FmJsonError je;
+  if (fm_json_parse(&doc, text, strlen(text), 0, &je)) {
+    if (err) fprintf(err, "%s:%d:%d: %s\n", path, je.line, je.col, je.msg);
+    free(text);
+    return FM_EFORMAT;
+  }
+  free(text);
+  const FmJson *root = &doc.root, *shards = fm_json_get(root, "shards");
+  FmStoreInfo *in = &st->info;
+  char kind[16] = "", fmt[32] = "";
+  int64_t eos = 0, pad = 0;
+  if (root->type != FM_JSON_OBJ || json_str(root, "format", fmt, sizeof fmt) || strcmp(fmt, "fmhpc-packed") ||
+      json_str(root, "storage", kind, sizeof kind) || json_i64(root, "seq_len", &in->seq_len) ||
+      json_i64(root, "n_seq", &in->n_seq) || json_i64(root, "vocab_size", &in->vocab_size) ||
+      json_i64(root, "eos_id", &eos) || json_i64(root, "pad_id", &pad) ||
+      json_str(root, "packing", in->packing, sizeof in->packing) ||
+      json_str(root, "position_ids", in->position_ids, sizeof in->position_ids) ||
+      json_str(root, "tokenizer_hash", in->tokenizer_hash, sizeof in->tokenizer_hash) || !shards ||
+      shards->type != FM_JSON_ARR) {
+    if (err)
+      fprintf(err, "%s: not an fmhpc manifest (format 'fmhpc-packed', storage, seq_len, n_seq, vocab_size, "
+                   "eos_id, pad_id, packing, position_ids, tokenizer_hash, shards expected)\n", path);
+    fm_json_free(&doc);
+    return FM_EFORMAT;
+  }
+  if (strcmp(format, "auto") && strcmp(format, kind)) {
+    if (err) fprintf(err, "%s: the manifest describes '%s' shards but &data format = '%s'\nhint: use format='auto'\n",
+                     path, kind, format);
+    fm_json_free(&doc);
+    return FM_EFORMAT;
+  }
+  snprintf(in->format, sizeof in->format, "%s", kind);
+  in->row_len = in->seq_len + 1;
+  in->eos_id = (int32_t)eos;
+  in->pad_id = (int32_t)pad;
+  in->has_position_ids = strcmp(in->position_ids, "none") != 0;
+  st->nshards = in->nshards = (int)shards->n;
+  st->shard = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->shard);
+  st->first = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->first);
+  const char *slash = strrchr(path, '/');
+  size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
+  int64_t total = 0;
+  for (int s = 0; s < st->nshards && !rc; s++) {
+    const FmJson *sh = &shards->items[s];
+    char file[1024] = "";
+    int64_t first = 0, n = 0;
+    if (json_str(sh, "file", file, sizeof file) || json_i64(sh, "first_seq", &first) || json_i64(sh, "n_seq", &n) ||
+        first != total) {
+      if (err) fprintf(err, "%s: shards[%d]: needs file, first_seq = %lld and n_seq\n", path, s, (long long)total);
+      rc = FM_EFORMAT;
+      break;
+    }
+    char *full = fm_xmalloc(dirlen + strlen(file) + 1);
+    memcpy(full, path, dirlen);
+    strcpy(full + dirlen, file);
+    if (!strcmp(kind, "h5")) {
+      FmStoreInfo si = *in;
+      int64_t nh = 0;
+      rc = fm__h5_shard_open(&st->shard[s], full, st->comm, &si, &nh, err);
+      if (!rc && (nh != n || si.seq_len != in->seq_len || strcmp(si.tokenizer_hash, in->tokenizer_hash))) {
+        if (err) fprintf(err, "%s: does not match the manifest %s (rows, seq_len or tokenizer)\n", full, path);
+        rc = FM_EFORMAT;
+      }
+    } else {
+      rc = fm__bin_shard_open(&st->shard[s], full, in, n, err);
+    }
+    free(full);
+    st->first[s] = first;
+    total += n;
+  }
+  st->first[st->nshards] = total;
+  if (!rc && total != in->n_seq) {
+    if (err) fprintf(err, "%s: shards hold %lld rows, n_seq says %lld\n", path, (long long)total, (long long)in->n_seq);
+    rc = FM_EFORMAT;
+  }
+  fm_json_free(&doc);
+  return rc;
+}
+
+int fm_store_open(FmStore **out, const char *path, const char *format, FmComm *comm, FILE *err) {
+  *out = NULL;
+  FmStore *st = fm_xcalloc(1, sizeof *st);
+  st->comm = comm;
+  int rc;
+  if (!format) format = "auto";
+  if (ends_with(path, ".h5") || (!strcmp(format, "h5") && !ends_with(path, ".json"))) {
+    st->nshards = st->info.nshards = 1;
+    st->shard = fm_xcalloc(1, sizeof *st->shard);
+    st->first = fm_xcalloc(2, sizeof *st->first);
+    rc = fm__h5_shard_open(&st->shard[0], path, comm, &st->info, &st->first[1], err);
+    st->info.n_seq = st->first[1];
+  } else if (ends_with(path, ".json")) {
+    rc = open_manifest(st, path, format, err);
+  } else {
+    if (err) fprintf(err, "%s: a store is a prep manifest (.json) or an HDF5 shard (.h5)\n", path);
+    rc = FM_EINVAL;
+  }
+  if (rc) {
+    fm_store_close(st);
+    return rc;
+  }
+  *out = st;
+  return 0;
+}
+
+const FmStoreInfo *fm_store_info(const FmStore *st) { return &st->info; }
+
+static int shard_of(const FmStore *st, int64_t i) {
+  int lo = 0, hi = st->nshards - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (st->first[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void grow(FmStore *st, int64_t n) {
+  if (n <= st->scap) return;
+  st->scap = n;
+  size_t R = (size_t)st->info.row_len;
+  st->key = fm_xrealloc(st->key, (size_t)n * sizeof *st->key);
+  st->rows = fm_xrealloc(st->rows, (size_t)n * sizeof *st->rows);
+  st->tok = fm_xrealloc(st->tok, (size_t)n * R * sizeof *st->tok);
+  st->mask = fm_xrealloc(st->mask, (size_t)n * R);
+  st->pos = fm_xrealloc(st->pos, (size_t)n * R * sizeof *st->pos);
+  st->seg = fm_xrealloc(st->seg, (size_t)n * R * sizeof *st->seg);
+}
+
+static int read_batch(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b, bool coll) {
+  const FmStoreInfo *in = &st->info;
+  int64_t R = in->row_len, T = in->seq_len;
+  if (n > b->cap || b->T != T) {
+    fm_err("fm_store_read_batch: batch of %lld x %lld holds at most %lld x %lld", (long long)n, (long long)T,
+           (long long)b->cap, (long long)b->T);
+    return FM_EINVAL;
+  }
+  for (int64_t i = 0; i < n; i++)
+    if (ids[i] < 0 || ids[i] >= in->n_seq) {
+      fm_err("fm_store_read_batch: sample %lld outside [0, %lld)", (long long)ids[i], (long long)in->n_seq);
+      return FM_ERANGE;
+    }
+  grow(st, n > 0 ? n : 1);
+  /* key = global row * n + slot: sorted, rows come out grouped by shard */
+  for (int64_t i = 0; i < n; i++) st->key[i] = ids[i] * n + i;
+  qsort(st->key, (size_t)n, sizeof *st->key, cmp_i64);
+  /* collective: every rank visits the shards any rank touches */
+  if (!st->touched) st->touched = fm_xcalloc((size_t)st->nshards * 2, sizeof *st->touched);
+  int32_t *mine = st->touched, *any = st->touched + st->nshards;
+  memset(mine, 0, (size_t)st->nshards * sizeof *mine);
+  for (int64_t i = 0; i < n; i++) mine[shard_of(st, st->key[i] / n)] = 1;
+  if (coll && st->comm) {
+    int rc = fm_comm_allreduce(st->comm, mine, any, st->nshards, FM_DT_I32, FM_OP_MAX);
+    if (rc) return rc;
+  } else {
+    memcpy(any, mine, (size_t)st->nshards * sizeof *mine);
+  }
+  int64_t k = 0;
+  for (int s = 0; s < st->nshards; s++) {
+    if (!any[s]) continue;
+    int64_t k0 = k, nu = 0;
+    while (k < n && st->key[k] / n < st->first[s + 1]) {
+      int64_t row = st->key[k] / n - st->first[s];
+      if (nu == 0 || st->rows[nu - 1] != row) st->rows[nu++] = row;
+      k++;
+    }
+    int rc = st->shard[s]->read(st->shard[s], st->rows, nu, coll && st->comm, st->tok, st->mask,
+                                in->has_position_ids ? st->pos : NULL, st->seg);
+    if (rc) return rc;
+    /* scatter the distinct rows to their slots */
+    for (int64_t q = k0, u = -1; q < k; q++) {
+      int64_t row = st->key[q] / n - st->first[s], slot = st->key[q] % n;
+      if (u < 0 || st->rows[u] != row) u++;
+      const uint32_t *tr = st->tok + u * R;
+      const uint8_t *mr = st->mask + u * R;
+      for (int64_t t = 0; t < T; t++) {
+        b->tokens[slot * T + t] = (int32_t)tr[t];
+        b->targets[slot * T + t] = (int32_t)tr[t + 1];
+        b->loss_mask[slot * T + t] = mr[t + 1];
+        b->segment_ids[slot * T + t] = st->seg[u * R + t];
+        b->position_ids[slot * T + t] = in->has_position_ids ? st->pos[u * R + t] : (int32_t)t;
+      }
+    }
+  }
+  b->n = n;
+  return 0;
+}
+
+int fm_store_read_batch(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b) {
+  return read_batch(st, ids, n, b, false);
+}
+int fm_store_read_batch_coll(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b) {
+  return read_batch(st, ids, n, b, true);
+}
+
+int fm_store_read_row(FmStore *st, int64_t i, uint32_t *tok, uint8_t *mask, int32_t *seg, int32_t *pos) {
+  if (i < 0 || i >= st->info.n_seq) return FM_ERANGE;
+  int s = shard_of(st, i);
+  int64_t row = i - st->first[s];
+  return st->shard[s]->read(st->shard[s], &row, 1, false, tok, mask, st->info.has_position_ids ? pos : NULL, seg);
+}
+
+void fm_store_close(FmStore *st) {
+  if (!st) return;
+  for (int s = 0; s < st->nshards; s++)
+    if (st->shard && st->shard[s]) st->shard[s]->close(st->shard[s]);
+  free(st->shard);
+  free(st->first);
+  free(st->key);
+  free(st->rows);
+  free(st->tok);
+  free(st->mask);
+  free(st->pos);
+  free(st->seg);
+  free(st->touched);
+  free(st);
+}

@@ -1,18 +1,224 @@
-/* optim.h: the optimizer registry (src/optim/optimizers.def). Each optimizer
- * declares how many fp32 state values it keeps per parameter, which the plan
- * (fmhpc --check) and ZeRO-1 sharding use; the update rules come with the
- * training work and walk the same registry. */
+/* optim.h: optimizers, learning-rate schedules, global-norm clipping, the
+ * ZeRO-1 shard map and loss-spike skipping: the library code the train loop
+ * calls once per step. Everything here works on host (CPU-backend) memory and
+ * is bitwise independent of the OpenMP thread count and of the number of
+ * data-parallel ranks (DESIGN section 6). Not here: gradient reduction and
+ * collectives (runtime.h), the sampled-label backward pass Sophia needs
+ * (model/train), checkpoint files (ckpt).
+ *
+ * Registry. src/optim/optimizers.def lists each optimizer with its fp32 state
+ * values per parameter and their names; `fmhpc --check` sizes memory from it
+ * and ZeRO-1 shards the state with the parameters.
+ *
+ * Update rules (t is the 1-based optimizer step, lr the value for step t from
+ * fm_lr_at, wd = weight_decay where the parameter decays and 0 elsewhere):
+ *
+ *   adamw   As torch.optim.AdamW (Loshchilov & Hutter 2019; decoupled decay):
+ *             m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+ *             w = w - lr*((m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd*w)
+ *           (the shared body of fm_cpu_adamw_update, so the CUDA backend's
+ *           adamw_update gives the same bits).
+ *   lion    Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms",
+ *           Program 1 / Algorithm 2, with (b1, b2) = &optim lion_betas:
+ *             c = b1*m + (1-b1)*g;  w = w - lr*(sign(c) + wd*w)
+ *             m = b2*m + (1-b2)*g          (sign(0) = 0, as torch.sign)
+ *   sophia  Sophia-G, Liu et al. 2023, "Sophia: A Scalable Stochastic
+ *           Second-order Optimizer for Language Model Pre-training",
+ *           Algorithm 3 with the Gauss-Newton-Bartlett estimator (Algorithm 2),
+ *           in the form of Levanter's optim/sophia.py (_sophia_gradient_transform
+ *           followed by add_decayed_weights and scale(-lr)), with (b1, b2) =
+ *           sophia_betas, gamma = sophia_rho, eps = sophia_eps:
+ *             m = b1*m + (1-b1)*g
+ *             mh = m/(1-b1^t) if sophia_debias (Levanter) else m (paper)
+ *             u = clip(mh / max(gamma*h, eps), -1, 1)
+ *             w = w - lr*(u + wd*w)   (decay added after the clip: not clipped)
+ *           h is updated only by fm_optim_sophia_hessian_update:
+ *             h = b2*h + (1-b2)*(ghat*ghat*B)
+ *           where ghat is the gradient of the mean loss over B tokens whose
+ *           labels were sampled from the model's own softmax (Algorithm 2:
+ *           hhat = B * ghat (.) ghat). Timing follows the paper's Algorithm 3:
+ *           on steps t with fm_optim_hessian_due (t mod k == 1, i.e. t = 1,
+ *           k+1, 2k+1, ...) the train loop computes ghat at the current
+ *           weights and calls the Hessian update BEFORE fm_optim_step(t).
+ *           (Levanter instead refreshes h after steps k, 2k, ... from the
+ *           pre-update weights and so runs its first k steps with h = 0; the
+ *           paper's order gives every step a curvature estimate.) NaN in m
+ *           or h propagates; it is never clipped away.
+ *
+ * Weight decay mask, from each tensor's flags (first match wins): NORM decays
+ * iff decay_norms, BIAS iff decay_biases, EMBED iff decay_embeddings, MATRIX
+ * always, anything else never. Tensors are contiguous ranges of the flat
+ * vector, so the mask is a short list of segments (fm_optim_segments). */
 #ifndef FMHPC_OPTIM_H
 #define FMHPC_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fmhpc/deck.h"
+#include "fmhpc/tensor.h"
+
+#define FM_OPTIM_MAX_STATE 2
+
+typedef struct FmOptim FmOptim;
+typedef void (*FmOptimStepFn)(FmOptim *o, float *w, const float *g, int64_t t, float lr);
 
 typedef struct FmOptimKind {
   const char *name;
   const char *desc;
-  int state_per_param; /* fp32 values per parameter (AdamW: m, v) */
+  int state_per_param;                         /* fp32 values per parameter (AdamW: m, v) */
+  const char *state_names[FM_OPTIM_MAX_STATE]; /* tensor names: "optim.m", "optim.v" */
+  FmOptimStepFn step;                          /* the shard update (adamw.c, lion.c, sophia.c) */
 } FmOptimKind;
 
 const FmOptimKind *fm_optim_find(const char *name);
 int fm_optim_count(void);
 const FmOptimKind *fm_optim_at(int i);
+
+/* Hyperparameters, from the deck (fm_optim_params_from_deck) or set by hand
+ * (tests). beta1/beta2 are the chosen optimizer's pair (betas, lion_betas or
+ * sophia_betas). */
+typedef struct FmOptimParams {
+  const FmOptimKind *kind;
+  double beta1, beta2, eps, weight_decay;
+  bool decay_norms, decay_biases, decay_embeddings;
+  double sophia_gamma; /* &optim sophia_rho */
+  int64_t sophia_k;    /* Hessian refresh interval */
+  bool sophia_bias_correction;
+} FmOptimParams;
+
+/* Fill p from &optim; rule errors (unknown name, wrong beta count) go to err
+ * at the key's origin and return FM_EDECK. */
+int fm_optim_params_from_deck(FmOptimParams *p, const FmDeck *deck, FILE *err);
+
+/* A run of elements [lo, hi) of the flat vector with one decay setting. */
+typedef struct FmOptimSeg {
+  int64_t lo, hi;
+  bool decay;
+} FmOptimSeg;
+
+/* ZeRO-1: an optimizer owns the slice [lo, hi) of the flat parameter vector
+ * described by `params` (0 <= lo <= hi <= params->numel; lo == hi is an empty
+ * shard) and fp32 state for that slice only, zero-initialised. Returns NULL
+ * (with a message on err) if [lo, hi) is not inside the table. */
+FmOptim *fm_optim_create(const FmOptimParams *p, const FmTensorTable *params, int64_t lo, int64_t hi, FILE *err);
+/* The same from the deck's &optim group. */
+int fm_optim_create_from_deck(FmOptim **out, const FmDeck *deck, const FmTensorTable *params, int64_t lo, int64_t hi,
+                              FILE *err);
+void fm_optim_free(FmOptim *o);
+
+/* One update of the shard: w and g point at element lo (hi-lo values each);
+ * t >= 1 is the optimizer step (bias corrections use it); lr for this step. */
+void fm_optim_step(FmOptim *o, float *w_shard, const float *g_shard, int64_t t, float lr);
+
+/* Sophia: whether step t refreshes the Hessian estimate (t mod k == 1, or
+ * every step for k == 1); always false for other optimizers. */
+bool fm_optim_hessian_due(const FmOptim *o, int64_t t);
+/* Sophia: h = b2*h + (1-b2)*(ghat*ghat*batch_tokens) over the shard, where
+ * ghat_shard (element lo onward) is the gradient of the mean loss over
+ * batch_tokens tokens with sampled labels. FM_EINVAL for other optimizers. */
+int fm_optim_sophia_hessian_update(FmOptim *o, const float *ghat_shard, int64_t batch_tokens);
+
+/* The state of the shard as a tensor table over fm_optim_state_data(): one
+ * 1-d tensor per state name ("optim.m", "optim.v" / "optim.h"), each hi-lo
+ * values; element i of each is the state of flat parameter lo+i, so a
+ * checkpoint can place it in the canonical unsharded layout with the
+ * parameter table. Everything that affects later steps is in these arrays
+ * (the step count is the train loop's). */
+const FmTensorTable *fm_optim_state_table(const FmOptim *o);
+float *fm_optim_state_data(FmOptim *o);
+int64_t fm_optim_lo(const FmOptim *o);
+int64_t fm_optim_hi(const FmOptim *o);
+const FmOptimParams *fm_optim_params(const FmOptim *o);
+/* The decay segments covering [lo, hi) in order (for a device-side update). */
+int fm_optim_segments(const FmOptim *o, const FmOptimSeg **segs);
+/* Whether a tensor with these flags decays under p (the rule above). */
+bool fm_optim_decays(const FmOptimParams *p, uint32_t flags);
+
+/* ---- ZeRO-1 shard map (zero.c) ------------------------------------------ */
+/* Rank r of P owns [lo, hi): the n elements cut into `align`-element blocks
+ * (the last may be short) and the blocks dealt out contiguously, rank r
+ * getting blocks [floor(r*nb/P), floor((r+1)*nb/P)). Boundaries are
+ * multiples of align (or n), so global-norm blocks never straddle ranks. */
+void fm_zero_range(int64_t n, int64_t align, int nranks, int rank, int64_t *lo, int64_t *hi);
+
+/* ---- learning-rate schedules (schedule.c) ------------------------------- */
+typedef enum { FM_SCHED_CONSTANT, FM_SCHED_COSINE, FM_SCHED_LINEAR, FM_SCHED_WSD } FmSchedKind;
+
+typedef struct FmSchedule {
+  FmSchedKind kind;
+  double lr;             /* peak */
+  double min_lr_ratio;   /* final lr = min_lr_ratio * lr */
+  double decay_fraction; /* wsd: the last D = round(decay_fraction*steps) steps decay */
+  int64_t warmup;        /* warmup steps W */
+  int64_t steps;         /* total optimizer steps T */
+} FmSchedule;
+
+/* From &optim and &train steps; FM_EDECK (at the key) if warmup_steps > steps. */
+int fm_schedule_from_deck(FmSchedule *s, const FmDeck *deck, FILE *err);
+/* The lr for 1-based step t, in double (no state, so a resume is exact):
+ *   t <= W:   lr * t / W                     (t = 1 gives lr/W, t = W gives lr)
+ *   t >  W:   p = (t - W) / (T - W) in (0, 1], f = min_lr_ratio
+ *     constant: lr
+ *     cosine:   lr * (f + (1-f) * 0.5*(1 + cos(pi*p)))
+ *     linear:   lr * (f + (1-f) * (1 - p))
+ *     wsd:      warmup-stable-decay (Hu et al. 2024, MiniCPM; Haegele et al.
+ *               2024): lr until the last D steps, D = round(decay_fraction*T)
+ *               clamped to [1, T-W], then a LINEAR cooldown
+ *               lr * (f + (1-f) * (T - t)/D)  (t = T gives f*lr)
+ * so the last step T runs at exactly min_lr_ratio*lr (constant: lr), and
+ * t > T stays there. This is optax's join_schedules(linear_schedule(0, lr,
+ * W), cosine_decay_schedule(lr, T-W, alpha=f)) evaluated at count = t, and
+ * torch's CosineAnnealingLR(T_max=T-W, eta_min=f*lr) after t-W scheduler
+ * steps. t <= 0 gives 0 when W > 0, lr when W = 0 (p = 0). */
+double fm_lr_at(const FmSchedule *s, int64_t t);
+
+/* ---- global-norm clipping (clip.c) -------------------------------------- */
+/* Blocks of the flat gradient; their boundaries depend only on the element
+ * index, never on the rank count (DESIGN section 5). */
+#define FM_CLIP_BLOCK ((int64_t)1 << 16)
+
+/* Number of blocks of `block` elements that [lo, hi) covers (lo a multiple of
+ * block; hi a multiple of block or the end of the vector). */
+int64_t fm_clip_nblocks(int64_t lo, int64_t hi, int64_t block);
+/* out_blocks[j] = sum of g[i]^2 over block j of the shard, in double, in
+ * element order; g points at element lo. FM_EINVAL unless lo is a multiple of
+ * block. Each block is one thread's sequential sum: same bits for any thread
+ * count. The train loop all-gathers the block sums (exactly: they are copied,
+ * not added) and calls fm_clip_norm over all blocks in global order. */
+int fm_clip_block_sumsq(const float *g, int64_t lo, int64_t hi, int64_t block, double *out_blocks);
+/* sqrt of the sum of the block sums, added in block order. */
+double fm_clip_norm(const double *block_sumsq, int64_t nblocks);
+/* The factor to multiply gradients by, as torch.nn.utils.clip_grad_norm_:
+ * min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables (1). A non-finite
+ * norm gives NaN: the caller skips that step. */
+double fm_clip_scale(double norm, double max_norm);
+
+/* ---- loss-spike skip (spike.c) ------------------------------------------ */
+/* The last `window` ACCEPTED step losses (a ring, oldest at `head` once
+ * full). A step's loss is a spike when the window is full and
+ *   z = (loss - mean) / std > z_max
+ * with mean and sample std (n-1) of the window in double, summed oldest to
+ * newest. A spike is not added to the window. A non-finite loss is always a
+ * spike. All fields are plain values so a checkpoint saves and restores them
+ * exactly: buf (window doubles), count, head, skipped, consecutive. */
+typedef struct FmSpike {
+  int64_t window;
+  double z_max;
+  double *buf;         /* (window) accepted losses */
+  int64_t count;       /* accepted losses seen (the window is full at >= window) */
+  int64_t head;        /* next slot to write */
+  int64_t skipped;     /* spikes so far */
+  int64_t consecutive; /* spikes since the last accepted step */
+} FmSpike;
+
+void fm_spike_init(FmSpike *s, int64_t window, double z_max);
+void fm_spike_init_from_deck(FmSpike *s, const FmDeck *deck);
+/* Judge one step's loss: returns true (skip the update; counted) or false
+ * (accepted; the loss enters the window). *z gets the z-score (0 before the
+ * window is full or when the window's std is 0; may be NULL). */
+bool fm_spike_check(FmSpike *s, double loss, double *z);
+void fm_spike_free(FmSpike *s);
 
 #endif

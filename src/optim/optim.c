@@ -1,10 +1,17 @@
-/* optim.c: the optimizer registry (optimizers.def). */
-#include "fmhpc/optim.h"
+/* optim.c: the optimizer registry (optimizers.def), hyperparameters from the
+ * deck, the ZeRO-1 optimizer object (shard, zeroed state, state table, weight
+ * decay segments) and step dispatch. The update rules live in adamw.c, lion.c
+ * and sophia.c; schedules, clipping, the shard map and spike skipping in their
+ * own files. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fmhpc/core.h"
+#include "optim_internal.h"
 
 static const FmOptimKind registry[] = {
-#define FM_OPTIM(n, state, desc) {#n, desc, state},
+#define FM_OPTIM(n, state, s0, s1, desc) {#n, desc, state, {s0, s1}, fm__optim_step_##n},
 #include "optimizers.def"
 #undef FM_OPTIM
 };
@@ -16,4 +23,125 @@ const FmOptimKind *fm_optim_find(const char *name) {
   for (int i = 0; i < fm_optim_count(); i++)
     if (fm_strcasecmp(registry[i].name, name) == 0) return &registry[i];
   return NULL;
+}
+
+/* A (beta1, beta2) array key: exactly two values. */
+static int take_betas(double *b1, double *b2, const FmDeck *deck, int key, const double *v, int n, FILE *err) {
+  if (n != 2) {
+    fm_deck_error(deck, err, key, "needs two values (beta1, beta2), got %d", n);
+    return FM_EDECK;
+  }
+  *b1 = v[0];
+  *b2 = v[1];
+  return 0;
+}
+
+int fm_optim_params_from_deck(FmOptimParams *p, const FmDeck *deck, FILE *err) {
+  const FmConfig *c = &deck->c;
+  memset(p, 0, sizeof *p);
+  p->kind = fm_optim_find(c->optim.name);
+  if (!p->kind) {
+    fm_deck_error(deck, err, FM_KEY_optim_name, "no such optimizer in optimizers.def");
+    return FM_EDECK;
+  }
+  p->eps = c->optim.eps;
+  p->weight_decay = c->optim.weight_decay;
+  p->decay_norms = c->optim.decay_norms;
+  p->decay_biases = c->optim.decay_biases;
+  p->decay_embeddings = c->optim.decay_embeddings;
+  p->sophia_gamma = c->optim.sophia_rho;
+  p->sophia_k = c->optim.sophia_k;
+  p->sophia_bias_correction = c->optim.sophia_debias;
+  if (strcmp(p->kind->name, "lion") == 0)
+    return take_betas(&p->beta1, &p->beta2, deck, FM_KEY_optim_lion_betas, c->optim.lion_betas, c->optim.lion_betas_n,
+                      err);
+  if (strcmp(p->kind->name, "sophia") == 0) {
+    p->eps = c->optim.sophia_eps;
+    return take_betas(&p->beta1, &p->beta2, deck, FM_KEY_optim_sophia_betas, c->optim.sophia_betas,
+                      c->optim.sophia_betas_n, err);
+  }
+  return take_betas(&p->beta1, &p->beta2, deck, FM_KEY_optim_betas, c->optim.betas, c->optim.betas_n, err);
+}
+
+bool fm_optim_decays(const FmOptimParams *p, uint32_t flags) {
+  if (flags & FM_TF_NORM) return p->decay_norms;
+  if (flags & FM_TF_BIAS) return p->decay_biases;
+  if (flags & FM_TF_EMBED) return p->decay_embeddings;
+  return (flags & FM_TF_MATRIX) != 0;
+}
+
+/* Cut [lo, hi) at tensor boundaries; merge neighbours with the same setting. */
+static void build_segments(FmOptim *o, const FmTensorTable *params) {
+  o->seg = fm_xmalloc(sizeof *o->seg * (size_t)(params->n + 1));
+  o->nseg = 0;
+  for (int i = 0; i < params->n; i++) {
+    const FmTensor *t = &params->t[i];
+    int64_t a = t->offset > o->lo ? t->offset : o->lo;
+    int64_t b = t->offset + t->numel < o->hi ? t->offset + t->numel : o->hi;
+    if (a >= b) continue;
+    bool decay = fm_optim_decays(&o->p, t->flags);
+    if (o->nseg > 0 && o->seg[o->nseg - 1].hi == a && o->seg[o->nseg - 1].decay == decay) {
+      o->seg[o->nseg - 1].hi = b;
+    } else {
+      o->seg[o->nseg++] = (FmOptimSeg){a, b, decay};
+    }
+  }
+}
+
+FmOptim *fm_optim_create(const FmOptimParams *p, const FmTensorTable *params, int64_t lo, int64_t hi, FILE *err) {
+  if (!p->kind || lo < 0 || hi < lo || hi > params->numel) {
+    if (err)
+      fprintf(err, "fm_optim_create: shard [%lld, %lld) is not inside the %lld parameters (or no optimizer)\n",
+              (long long)lo, (long long)hi, (long long)params->numel);
+    return NULL;
+  }
+  FmOptim *o = fm_xcalloc(1, sizeof *o);
+  o->p = *p;
+  o->lo = lo;
+  o->hi = hi;
+  const int64_t n = hi - lo;
+  const int ns = p->kind->state_per_param;
+  o->state = fm_xcalloc((size_t)(ns * n > 0 ? ns * n : 1), sizeof(float));
+  fm_table_init(&o->table);
+  for (int j = 0; j < ns; j++) fm_table_add(&o->table, p->kind->state_names[j], FM_DT_F32, 0, FM_TP_NONE, 1, &n);
+  build_segments(o, params);
+  return o;
+}
+
+int fm_optim_create_from_deck(FmOptim **out, const FmDeck *deck, const FmTensorTable *params, int64_t lo, int64_t hi,
+                              FILE *err) {
+  FmOptimParams p;
+  *out = NULL;
+  int rc = fm_optim_params_from_deck(&p, deck, err);
+  if (rc) return rc;
+  *out = fm_optim_create(&p, params, lo, hi, err);
+  return *out ? 0 : FM_EINVAL;
+}
+
+void fm_optim_free(FmOptim *o) {
+  if (!o) return;
+  fm_table_free(&o->table);
+  free(o->state);
+  free(o->seg);
+  free(o);
+}
+
+void fm_optim_step(FmOptim *o, float *w_shard, const float *g_shard, int64_t t, float lr) {
+  o->p.kind->step(o, w_shard, g_shard, t, lr);
+}
+
+bool fm_optim_hessian_due(const FmOptim *o, int64_t t) {
+  if (strcmp(o->p.kind->name, "sophia") != 0 || t < 1) return false;
+  return (t - 1) % o->p.sophia_k == 0;
+}
+
+const FmTensorTable *fm_optim_state_table(const FmOptim *o) { return &o->table; }
+float *fm_optim_state_data(FmOptim *o) { return o->state; }
+int64_t fm_optim_lo(const FmOptim *o) { return o->lo; }
+int64_t fm_optim_hi(const FmOptim *o) { return o->hi; }
+const FmOptimParams *fm_optim_params(const FmOptim *o) { return &o->p; }
+
+int fm_optim_segments(const FmOptim *o, const FmOptimSeg **segs) {
+  *segs = o->seg;
+  return o->nseg;
 }

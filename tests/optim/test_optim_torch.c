@@ -1,0 +1,123 @@
+/* test_optim_torch.c: the optimizers and the cosine schedule against torch
+ * 1.13 (tests/optim/torch_ref.py writes the reference files first; ctest runs
+ * it as the fixture optim.torch_ref). AdamW is torch.optim.AdamW; Lion is the
+ * script's transcription of the paper's Program 1. Tolerance: 1e-6 relative
+ * (plus 1e-9 absolute for state values near zero) in fp32 after 10 steps. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fm_test.h"
+#include "fmhpc/optim.h"
+
+#define REF_DIR FMHPC_BINARY_DIR "/tests/optim_ref/"
+
+typedef struct Ref {
+  int64_t n_decay, n_nodecay, steps, nstate;
+  double beta1, beta2, eps, wd;
+  double *lr;
+  float *w0, *g, *w, *state;
+} Ref;
+
+static void read_exact(void *p, size_t size, size_t n, FILE *f) {
+  if (fread(p, size, n, f) != n) {
+    fprintf(stderr, "short read in a reference file\n");
+    exit(1);
+  }
+}
+
+/* Load REF_DIR/<name>; skip (exit 77) if the fixture did not write it. */
+static Ref load(const char *name) {
+  char path[512];
+  snprintf(path, sizeof path, "%s%s", REF_DIR, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) fm_test_skip("no torch reference (torch_ref.py skipped or not run)");
+  Ref r;
+  int64_t h[4];
+  double hp[4];
+  read_exact(h, sizeof h[0], 4, f);
+  read_exact(hp, sizeof hp[0], 4, f);
+  r.n_decay = h[0], r.n_nodecay = h[1], r.steps = h[2], r.nstate = h[3];
+  r.beta1 = hp[0], r.beta2 = hp[1], r.eps = hp[2], r.wd = hp[3];
+  const size_t n = (size_t)(r.n_decay + r.n_nodecay);
+  r.lr = malloc(sizeof(double) * (size_t)r.steps);
+  r.w0 = malloc(sizeof(float) * n);
+  r.g = malloc(sizeof(float) * n * (size_t)r.steps);
+  r.w = malloc(sizeof(float) * n);
+  r.state = malloc(sizeof(float) * n * (size_t)r.nstate);
+  read_exact(r.lr, sizeof(double), (size_t)r.steps, f);
+  read_exact(r.w0, sizeof(float), n, f);
+  read_exact(r.g, sizeof(float), n * (size_t)r.steps, f);
+  read_exact(r.w, sizeof(float), n, f);
+  read_exact(r.state, sizeof(float), n * (size_t)r.nstate, f);
+  fclose(f);
+  return r;
+}
+
+static void ref_free(Ref *r) {
+  free(r->lr);
+  free(r->w0);
+  free(r->g);
+  free(r->w);
+  free(r->state);
+}
+
+/* Run `name` over the reference inputs (a MATRIX tensor, then a NORM one) and
+ * compare weights and state with torch's. */
+static void run_against(const char *optim, const char *file) {
+  Ref r = load(file);
+  FmTensorTable tab;
+  fm_table_init(&tab);
+  fm_table_add(&tab, "w", FM_DT_F32, FM_TF_MATRIX, FM_TP_NONE, 1, &r.n_decay);
+  fm_table_add(&tab, "norm", FM_DT_F32, FM_TF_NORM, FM_TP_NONE, 1, &r.n_nodecay);
+  FmOptimParams p = {
+      .kind = fm_optim_find(optim), .beta1 = r.beta1, .beta2 = r.beta2, .eps = r.eps, .weight_decay = r.wd};
+  const int64_t n = tab.numel;
+  FmOptim *o = fm_optim_create(&p, &tab, 0, n, stderr);
+  FM_REQUIRE(o != NULL);
+  float *w = malloc(sizeof(float) * (size_t)n);
+  memcpy(w, r.w0, sizeof(float) * (size_t)n);
+  for (int64_t t = 1; t <= r.steps; t++) fm_optim_step(o, w, r.g + (t - 1) * n, t, (float)r.lr[t - 1]);
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; i++) {
+    double d = fabs((double)w[i] - r.w[i]);
+    if (!(d <= 1e-6 * fabs(r.w[i]))) bad++;
+    FM_EXPECT_NEAR(w[i], r.w[i], 1e-6, 0.0);
+  }
+  const float *s = fm_optim_state_data(o);
+  for (int64_t i = 0; i < n * r.nstate && bad < 5; i++) {
+    double d = fabs((double)s[i] - r.state[i]);
+    if (!(d <= 1e-9 + 1e-6 * fabs(r.state[i]))) bad++;
+    FM_EXPECT_NEAR(s[i], r.state[i], 1e-6, 1e-9);
+  }
+  /* The weights moved: a comparison of unchanged inputs would prove nothing. */
+  FM_EXPECT(fabs((double)w[0] - r.w0[0]) > 1e-4);
+  fm_optim_free(o);
+  free(w);
+  fm_table_free(&tab);
+  ref_free(&r);
+}
+
+FM_TEST(adamw_vs_torch) { run_against("adamw", "adamw.bin"); }
+
+FM_TEST(lion_vs_torch) { run_against("lion", "lion.bin"); }
+
+/* fm_lr_at after warmup W is CosineAnnealingLR(T_max = T-W, eta_min = f*lr)
+ * after t-W scheduler steps (torch's recursive form: 1e-12 relative). */
+FM_TEST(cosine_vs_torch) {
+  FILE *f = fopen(REF_DIR "cosine.bin", "rb");
+  if (!f) fm_test_skip("no torch reference (torch_ref.py skipped or not run)");
+  int64_t h[2];
+  double hp[2];
+  read_exact(h, sizeof h[0], 2, f);
+  read_exact(hp, sizeof hp[0], 2, f);
+  double *lrs = malloc(sizeof(double) * (size_t)h[1]);
+  read_exact(lrs, sizeof(double), (size_t)h[1], f);
+  fclose(f);
+  for (int64_t W = 0; W <= 7; W += 7) {
+    FmSchedule s = {
+        .kind = FM_SCHED_COSINE, .lr = hp[0], .min_lr_ratio = hp[1] / hp[0], .warmup = W, .steps = W + h[0]};
+    for (int64_t k = 0; k < h[1]; k++) FM_EXPECT_NEAR(fm_lr_at(&s, W + k), lrs[k], 1e-12, 0.0);
+  }
+  free(lrs);
+}

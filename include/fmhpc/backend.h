@@ -179,6 +179,9 @@ void fm_cpu_embedding_fwd(float *out, const int32_t *tokens, const float *wte, c
 void fm_cpu_embedding_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tokens, const int32_t *pos,
                           int64_t N, int64_t C, int64_t V);
 void fm_cpu_set_compute_bf16(int on);
+/* The CPU GEMM as a line for logs and benchmarks: OpenBLAS's kernel
+ * (openblas_get_corename), its build config, and how the CPU ops thread it. */
+const char *fm_cpu_blas_info(void);
 
 #ifdef FMHPC_HAVE_CUDA
 /* ---- the CUDA side (src/tensor/cuda/) ------------------------------------ */

@@ -1,0 +1,125 @@
+/* cpu/matmul.c: the linear layer (fm_cpu_matmul_fwd/bwd, torch.nn.Linear's
+ * y = x W^T + b with W stored (OC, C)), the deterministic tiled GEMM every CPU
+ * model op uses (fm__cpu_gemm, fm__cpu_gemm1), and fm_cpu_blas_info.
+ *
+ * Determinism decision (DESIGN section 6). Measured on OpenBLAS 0.3.21
+ * (DYNAMIC_ARCH, Haswell kernels): cblas_sgemm with 1 and with 2 OpenBLAS
+ * threads differs in 4748 of 257x129 outputs (K = 300) and in most outputs of
+ * GPT-2-sized products; rows computed by a separate call also differ from the
+ * same rows inside a larger call (edge micro-kernels sum in another order).
+ * So OpenBLAS is pinned to one thread (openblas_set_num_threads(1), once) and
+ * this file parallelises with OpenMP over tiles of C of FM_GEMM_MB x FM_GEMM_NB,
+ * fixed by the shapes alone; each tile is one single-threaded sgemm whose
+ * reduction over K never leaves the call. Same shapes, same calls, same bits,
+ * whatever OMP_NUM_THREADS is; the tiles are independent, so the schedule
+ * does not matter either. OPENBLAS_CORETYPE (set on these machines) picks the
+ * kernel; fm_cpu_blas_info reports it for logs and benchmarks. */
+#include <cblas.h>
+#include <stdio.h>
+
+#include "fmhpc/tensor.h"
+
+#include "cpu_ops.h"
+
+/* Tile of C per sgemm call: big enough that packing (O((MB + NB) K)) is a
+ * percent of the arithmetic (O(MB NB K)), small enough that a GPT-2 layer
+ * gives dozens of tiles to share among threads. Changing them changes bits. */
+#define FM_GEMM_MB 128
+#define FM_GEMM_NB 512
+/* Below this many multiply-adds a parallel region costs more than it saves. */
+#define FM_GEMM_OMP_MIN ((int64_t)1 << 18)
+
+void fm__cpu_blas_init(void) {
+  static int pinned = 0;
+  if (!pinned) {
+    openblas_set_num_threads(1);
+    pinned = 1;
+  }
+}
+
+const char *fm_cpu_blas_info(void) {
+  static char info[320];
+  fm__cpu_blas_init();
+  snprintf(info, sizeof info, "OpenBLAS core %s (%s); 1 BLAS thread, OpenMP over fixed %dx%d GEMM tiles",
+           openblas_get_corename(), openblas_get_config(), FM_GEMM_MB, FM_GEMM_NB);
+  return info;
+}
+
+void fm__cpu_gemm1(int transA, int transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans, (blasint)M,
+              (blasint)N, (blasint)K, alpha, A, (blasint)lda, B, (blasint)ldb, beta, C, (blasint)ldc);
+}
+
+void fm__cpu_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  fm__cpu_blas_init();
+  const int64_t tm = (M + FM_GEMM_MB - 1) / FM_GEMM_MB;
+  const int64_t tn = (N + FM_GEMM_NB - 1) / FM_GEMM_NB;
+  const int64_t tiles = tm * tn;
+#pragma omp parallel for schedule(dynamic, 1) if (tiles > 1 && M * N * K >= FM_GEMM_OMP_MIN)
+  for (int64_t t = 0; t < tiles; t++) {
+    const int64_t m0 = (t / tn) * FM_GEMM_MB;
+    const int64_t n0 = (t % tn) * FM_GEMM_NB;
+    const int64_t mb = M - m0 < FM_GEMM_MB ? M - m0 : FM_GEMM_MB;
+    const int64_t nb = N - n0 < FM_GEMM_NB ? N - n0 : FM_GEMM_NB;
+    const float *a = transA ? A + m0 : A + m0 * lda;
+    const float *b = transB ? B + n0 * ldb : B + n0;
+    fm__cpu_gemm1(transA, transB, mb, nb, K, alpha, a, lda, b, ldb, beta, C + m0 * ldc + n0, ldc);
+  }
+}
+
+void fm_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int64_t N, int64_t C,
+                       int64_t OC) {
+  const float *a = inp, *b = w;
+  if (fm__cpu_bf16_on()) { /* bf16 operands, fp32 sums (bf16_mode.c) */
+    a = fm__cpu_bf16_copy(0, inp, N, C, C);
+    b = fm__cpu_bf16_copy(1, w, OC, C, C);
+  }
+  fm__cpu_gemm(0, 1, N, OC, C, 1.0f, a, C, b, C, 0.0f, out, OC);
+  if (!bias) return;
+#pragma omp parallel for schedule(static) if (N * OC >= FM_GEMM_OMP_MIN)
+  for (int64_t n = 0; n < N; n++) {
+    float *o = out + n * OC;
+#pragma omp simd
+    for (int64_t j = 0; j < OC; j++) o[j] = o[j] + bias[j];
+  }
+}
+
+/* dbias (OC) += column sums of d (N, OC): each column summed over rows in row
+ * order, in double from dbias's old value, rounded once. Threads own column
+ * blocks, so the order never depends on them. */
+#define FM_COLSUM_CB 64
+static void colsum_acc(float *dbias, const float *d, int64_t N, int64_t OC) {
+  const int64_t nb = (OC + FM_COLSUM_CB - 1) / FM_COLSUM_CB;
+#pragma omp parallel for schedule(static) if (N * OC >= FM_GEMM_OMP_MIN)
+  for (int64_t cb = 0; cb < nb; cb++) {
+    const int64_t c0 = cb * FM_COLSUM_CB;
+    const int64_t cn = OC - c0 < FM_COLSUM_CB ? OC - c0 : FM_COLSUM_CB;
+    double acc[FM_COLSUM_CB];
+    for (int64_t c = 0; c < cn; c++) acc[c] = dbias[c0 + c];
+    for (int64_t n = 0; n < N; n++) {
+      const float *row = d + n * OC + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < cn; c++) acc[c] += (double)row[c];
+    }
+    for (int64_t c = 0; c < cn; c++) dbias[c0 + c] = (float)acc[c];
+  }
+}
+
+void fm_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                       int64_t N, int64_t C, int64_t OC) {
+  const float *d = dout, *wq = w, *x = inp;
+  if (fm__cpu_bf16_on()) {
+    d = fm__cpu_bf16_copy(0, dout, N, OC, OC);
+    if (dinp) wq = fm__cpu_bf16_copy(1, w, OC, C, C);
+    if (dw) x = fm__cpu_bf16_copy(2, inp, N, C, C);
+  }
+  /* dinp (N, C) += dout (N, OC) @ w (OC, C) */
+  if (dinp) fm__cpu_gemm(0, 0, N, C, OC, 1.0f, d, OC, wq, C, 1.0f, dinp, C);
+  /* dw (OC, C) += dout^T (OC, N) @ inp (N, C): the sum over N rows stays in one call per tile */
+  if (dw) fm__cpu_gemm(1, 0, OC, C, N, 1.0f, d, OC, x, C, 1.0f, dw, C);
+  if (dbias) colsum_acc(dbias, d, N, OC);
+}

@@ -1,8 +1,10 @@
 /* test_optim_torch.c: the optimizers and the cosine schedule against torch
  * 1.13 (tests/optim/torch_ref.py writes the reference files first; ctest runs
  * it as the fixture optim.torch_ref). AdamW is torch.optim.AdamW; Lion is the
- * script's transcription of the paper's Program 1. Tolerance: 1e-6 relative
- * (plus 1e-9 absolute for state values near zero) in fp32 after 10 steps. */
+ * script's transcription of the paper's Program 1. Tolerance after 10 steps in
+ * fp32: 1e-6 relative plus 1e-9 absolute (one part in 1e6 of a step of lr
+ * ~1e-3, for weights and state values near zero; measured on torch 1.13:
+ * AdamW within 4.7e-7 relative, Lion bit-identical). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +64,19 @@ static void ref_free(Ref *r) {
   free(r->state);
 }
 
+/* |x - ref| <= atol + 1e-6*|ref| everywhere; reports the worst element. */
+static void expect_close(const float *x, const float *ref, int64_t n, double atol, const char *what) {
+  int64_t worst = 0;
+  double worst_err = 0.0;
+  for (int64_t i = 0; i < n; i++) {
+    const double e = fabs((double)x[i] - ref[i]) / (atol + 1e-6 * fabs((double)ref[i]));
+    if (!(e <= worst_err)) worst_err = e, worst = i;
+  }
+  if (!(worst_err <= 1.0))
+    FM__FAIL("%s[%lld]: %.9g vs torch %.9g (rtol 1e-6, atol %g)", what, (long long)worst, (double)x[worst],
+             (double)ref[worst], atol);
+}
+
 /* Run `name` over the reference inputs (a MATRIX tensor, then a NORM one) and
  * compare weights and state with torch's. */
 static void run_against(const char *optim, const char *file) {
@@ -78,18 +93,8 @@ static void run_against(const char *optim, const char *file) {
   float *w = malloc(sizeof(float) * (size_t)n);
   memcpy(w, r.w0, sizeof(float) * (size_t)n);
   for (int64_t t = 1; t <= r.steps; t++) fm_optim_step(o, w, r.g + (t - 1) * n, t, (float)r.lr[t - 1]);
-  int bad = 0;
-  for (int64_t i = 0; i < n && bad < 5; i++) {
-    double d = fabs((double)w[i] - r.w[i]);
-    if (!(d <= 1e-6 * fabs(r.w[i]))) bad++;
-    FM_EXPECT_NEAR(w[i], r.w[i], 1e-6, 0.0);
-  }
-  const float *s = fm_optim_state_data(o);
-  for (int64_t i = 0; i < n * r.nstate && bad < 5; i++) {
-    double d = fabs((double)s[i] - r.state[i]);
-    if (!(d <= 1e-9 + 1e-6 * fabs(r.state[i]))) bad++;
-    FM_EXPECT_NEAR(s[i], r.state[i], 1e-6, 1e-9);
-  }
+  expect_close(w, r.w, n, 1e-9, "w");
+  expect_close(fm_optim_state_data(o), r.state, n * r.nstate, 1e-9, "state");
   /* The weights moved: a comparison of unchanged inputs would prove nothing. */
   FM_EXPECT(fabs((double)w[0] - r.w0[0]) > 1e-4);
   fm_optim_free(o);

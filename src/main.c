@@ -10,6 +10,7 @@
 #include "fmhpc/data.h"
 #include "fmhpc/deck.h"
 #include "fmhpc/runtime.h"
+#include "fmhpc/tokenizer.h"
 #include "fmhpc/train.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
@@ -17,6 +18,7 @@ enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
 typedef struct Args {
   int check, help, help_deck, version;
   int ranks; /* --ranks N: plan for N ranks instead of the real world */
+  const char *encode, *decode; /* --encode/--decode TOK: tokenizer inspection */
   int nsrc;
   FmDeckSource *src; /* decks and overrides, in command-line order */
 } Args;
@@ -31,6 +33,9 @@ static void usage(FILE *out) {
           "                 (parameters, memory per rank, FLOPs), and exit\n"
           "  --ranks N      with --check: plan for N ranks instead of this job's\n"
           "  --help-deck    every deck group and key with type, default, range and help\n"
+          "  --encode TOK   stdin text -> token ids on stdout (TOK: tokenizer.json, a\n"
+          "                 *.tiktoken file, or a directory with encoder.json + vocab.bpe)\n"
+          "  --decode TOK   stdin token ids -> text on stdout\n"
           "  --version      version and git revision\n"
           "  --help         this text\n"
           "exit status: 0 done, 1 runtime failure, 2 bad deck or command line\n");
@@ -51,6 +56,13 @@ static int parse_args(Args *a, int argc, char **argv, FILE *err) {
     else if (!strcmp(s, "--help") || !strcmp(s, "-h")) a->help = 1;
     else if (!strcmp(s, "--help-deck")) a->help_deck = 1;
     else if (!strcmp(s, "--version")) a->version = 1;
+    else if (!strcmp(s, "--encode") || !strcmp(s, "--decode")) {
+      if (i + 1 >= argc) {
+        if (err) fprintf(err, "fmhpc: %s needs a tokenizer path\n", s);
+        return FM_EINVAL;
+      }
+      *(s[2] == 'e' ? &a->encode : &a->decode) = argv[++i];
+    }
     else if (!strcmp(s, "--ranks")) {
       char *end = NULL;
       long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
@@ -132,6 +144,14 @@ int main(int argc, char **argv) {
       if (a.help_deck) fm_deck_help(stdout);
     }
     fm_exit_all(0);
+  }
+  if (a.encode || a.decode) { /* rank 0 reads stdin; the others wait for its status */
+    int32_t rc = 0;
+    if (world->rank == 0)
+      rc = a.encode ? fm_tok_cli_encode(a.encode, stdin, stdout, stderr) : fm_tok_cli_decode(a.decode, stdin, stdout, stderr);
+    fflush(stdout);
+    fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
+    fm_exit_all(rc ? EXIT_RUNTIME : 0);
   }
   if (a.nsrc == 0) {
     if (err) usage(err);

@@ -257,6 +257,47 @@ void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged) {
   t->n_merges++;
 }
 
+/* Class contents (no brackets) for each flavour (see tokenizer_internal.h).
+ * Non-ASCII members are literal UTF-8, which PCRE2, Oniguruma (HF) and
+ * JavaScript all read the same way inside a class, so a pattern written out
+ * to tokenizer.json means the same to every reader. */
+#define WS_COMMON "\\t\\n\\x0b\\f\\r " "\xc2\xa0" "\xe1\x9a\x80" "\xe2\x80\x80" "-" "\xe2\x80\x8a" \
+  "\xe2\x80\xa8" "\xe2\x80\xa9" "\xe2\x80\xaf" "\xe2\x81\x9f" "\xe3\x80\x80"
+static const char *const ws_class[2] = {WS_COMMON "\xc2\x85", WS_COMMON "\xef\xbb\xbf"};
+
+char *fm__tok_spell_ws(const char *p, int ws) {
+  FmStr b;
+  fm_str_init(&b);
+  const char *cls = ws_class[ws == FM__TOK_WS_JS];
+  int in_class = 0;
+  for (size_t i = 0; p[i];) {
+    if (p[i] == '\\' && p[i + 1] == 'Q') { /* \Q...\E is literal */
+      const char *e = strstr(p + i + 2, "\\E");
+      size_t n = e ? (size_t)(e - (p + i)) + 2 : strlen(p + i);
+      fm_str_catn(&b, p + i, n);
+      i += n;
+    } else if (p[i] == '\\' && (p[i + 1] == 's' || (p[i + 1] == 'S' && !in_class))) {
+      if (in_class) fm_str_cat(&b, cls);
+      else fm_str_printf(&b, "[%s%s]", p[i + 1] == 'S' ? "^" : "", cls);
+      i += 2;
+    } else if (p[i] == '\\' && p[i + 1]) {
+      fm_str_catn(&b, p + i, 2);
+      i += 2;
+    } else {
+      if (!in_class && p[i] == '[') {
+        in_class = 1;
+        fm_str_catn(&b, p + i, 1), i++;
+        if (p[i] == '^') fm_str_catn(&b, p + i, 1), i++;
+        if (p[i] == ']') fm_str_catn(&b, p + i, 1), i++; /* a leading ] is literal */
+        continue;
+      }
+      if (in_class && p[i] == ']') in_class = 0;
+      fm_str_catn(&b, p + i, 1), i++;
+    }
+  }
+  return b.s;
+}
+
 void fm__tok_set_pattern(FmTokenizer *t, const char *pattern) {
   free(t->pattern);
   t->pattern = pattern ? fm_xstrdup(pattern) : NULL;
@@ -308,10 +349,15 @@ int fm__tok_finish(FmTokenizer *t, const char *src, FILE *err) {
     }
   }
   if (t->algo == FM__TOK_RANKS) build_rank_pairs(t);
+  free(t->effective);
+  t->effective = NULL;
+  if (t->re) pcre2_code_free(t->re);
+  t->re = NULL;
   if (t->pattern) {
     int ec;
     PCRE2_SIZE eoff;
-    t->re = pcre2_compile((PCRE2_SPTR)t->pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eoff, NULL);
+    t->effective = fm__tok_spell_ws(t->pattern, t->ws);
+    t->re = pcre2_compile((PCRE2_SPTR)t->effective, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eoff, NULL);
     if (!t->re) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(ec, msg, sizeof msg);
@@ -360,8 +406,8 @@ static void compute_hash(FmTokenizer *t) {
   h_u64(&s, (uint64_t)t->algo);
   h_u64(&s, t->ignore_merges);
   h_u64(&s, t->add_prefix_space);
-  h_u64(&s, t->pattern ? strlen(t->pattern) : UINT64_MAX);
-  if (t->pattern) fm_sha256_update(&s, t->pattern, strlen(t->pattern));
+  h_u64(&s, t->effective ? strlen(t->effective) : UINT64_MAX);
+  if (t->effective) fm_sha256_update(&s, t->effective, strlen(t->effective));
   h_u64(&s, (uint64_t)t->n_ids);
   for (int64_t id = 0; id < t->n_ids; id++) {
     h_u64(&s, t->len[id] == UINT32_MAX ? UINT64_MAX : t->len[id]);
@@ -543,6 +589,7 @@ void fm_tok_free(FmTokenizer *t) {
     tls_cache = NULL;
   }
   free(t->pattern);
+  free(t->effective);
   if (t->re) pcre2_code_free(t->re);
   free(t->off);
   free(t->len);

@@ -20,6 +20,16 @@
  * then merge the leftmost pair of lowest priority, one pair at a time. */
 enum { FM__TOK_MERGES = 0, FM__TOK_RANKS = 1 };
 
+/* What `\s` means in a pattern. The engines disagree on a few code points:
+ * UNICODE is the White_Space property (Rust regex in tiktoken and HF
+ * tokenizers, Python): U+0009-000D, U+0020, U+0085, U+00A0, U+1680,
+ * U+2000-200A, U+2028, U+2029, U+202F, U+205F, U+3000. JS is ECMAScript's
+ * WhiteSpace + LineTerminator (gpt-3-encoder, gpt-tokenizer,
+ * transformers.js): the same without U+0085 and with U+FEFF (the BOM).
+ * PCRE2's own \s (with U+180E) is never used: patterns are rewritten with
+ * an explicit class before compiling. */
+enum { FM__TOK_WS_UNICODE = 0, FM__TOK_WS_JS = 1 };
+
 /* Per-id flags. */
 enum { FM__TOK_MODEL = 1, FM__TOK_ADDED = 2, FM__TOK_SPECIAL = 4 };
 
@@ -49,7 +59,9 @@ struct FmTokenizer {
   int algo;              /* FM__TOK_MERGES or FM__TOK_RANKS */
   bool ignore_merges;    /* a pre-token that is itself in the vocab is emitted whole */
   bool add_prefix_space; /* HF ByteLevel add_prefix_space */
-  char *pattern;         /* pre-tokenizer regex, NULL: no split */
+  char *pattern;         /* pre-tokenizer regex as declared, NULL: no split */
+  int ws;                /* FM__TOK_WS_*: what \s in pattern means */
+  char *effective;       /* pattern with \s/\S spelled out: what is compiled and hashed */
   pcre2_code *re;
   bool jit;
   int64_t n_ids; /* largest id + 1 */
@@ -97,6 +109,9 @@ int32_t fm__tok_concat_id(const FmTokenizer *t, int32_t l, int32_t r);
 void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged);
 /* Set the pre-tokenizer pattern (NULL: none). */
 void fm__tok_set_pattern(FmTokenizer *t, const char *pattern);
+/* The pattern with \s and \S replaced by the explicit class of flavour ws
+ * (malloc'd). */
+char *fm__tok_spell_ws(const char *pattern, int ws);
 /* Finish: byte ids (every byte must be a token), the RANKS pair map, the
  * regex (compiled with UTF|UCP, JIT when available), added tokens, EOS and
  * hash. Errors name `src`. */

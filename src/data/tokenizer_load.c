@@ -164,6 +164,10 @@ static int load_gpt2_dir(FmTokenizer **out, const char *dir, FILE *err) {
     int32_t eot = fm__tok_lookup(t, "<|endoftext|>", 13);
     if (eot >= 0) fm__tok_set(t, eot, "<|endoftext|>", 13, FM__TOK_ADDED | FM__TOK_SPECIAL, NULL);
     fm__tok_set_pattern(t, FM_TOK_PATTERN_GPT2);
+    /* The reference for these files is gpt-3-encoder, whose \s is
+     * JavaScript's: a BOM is whitespace (OpenAI's encoder.py and tiktoken's
+     * r50k_base differ there; see tokenizer_internal.h). */
+    t->ws = FM__TOK_WS_JS;
     rc = fm__tok_finish(t, dir, err);
   }
   if (rc) fm_tok_free(t);

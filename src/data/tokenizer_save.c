@@ -73,13 +73,15 @@ static void write_json(FILE *f, const FmTokenizer *t) {
   }
   fprintf(f, "%s],\n  \"normalizer\": null,\n", first ? "" : "\n  ");
   const char *aps = t->add_prefix_space ? "true" : "false";
-  if (t->pattern && !strcmp(t->pattern, FM_TOK_PATTERN_GPT2)) {
+  if (t->pattern && t->ws == FM__TOK_WS_UNICODE && !strcmp(t->pattern, FM_TOK_PATTERN_GPT2)) {
     fprintf(f, "  \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": %s, \"trim_offsets\": true, "
                "\"use_regex\": true},\n", aps);
   } else if (t->pattern) {
     fprintf(f, "  \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [\n    {\"type\": \"Split\", "
                "\"pattern\": {\"Regex\": ");
-    fm_json_write_str(f, t->pattern, strlen(t->pattern));
+    /* Plain \s unless the flavour is not the readers' (HF: Unicode). */
+    const char *pat = t->ws == FM__TOK_WS_UNICODE ? t->pattern : t->effective;
+    fm_json_write_str(f, pat, strlen(pat));
     fprintf(f, "}, \"behavior\": \"Isolated\", \"invert\": false},\n    {\"type\": \"ByteLevel\", "
                "\"add_prefix_space\": %s, \"trim_offsets\": true, \"use_regex\": false}]},\n", aps);
   } else {

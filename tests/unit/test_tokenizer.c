@@ -357,3 +357,40 @@ FM_TEST(error_vocab_bpe_line) {
   unlink(p2);
   rmdir(dir);
 }
+
+/* ---- training: a corpus small enough to merge by hand ---------------------- */
+static int read_hello(void *ctx, int64_t i, char **text, size_t *len) {
+  (void)ctx, (void)i;
+  *text = fm_xstrdup("hello hello hello help");
+  *len = strlen(*text);
+  return 0;
+}
+
+/* GPT-2 pre-tokens: "hello" x1, " hello" x2, " help" x1. By hand: (e,l) and
+ * (h,e) both 4, "e" < "h" -> el; then (h,el) 4 -> hel; then ( ,hel), (el..)
+ * ... ties at 3 broken by left bytes: " " < "l" -> " hel"; (l,o) 3 -> lo;
+ * (" hel",lo) 2 -> " hello"; ties at 1: " hel" < "hel" -> " help"; hello. */
+FM_TEST(train_by_hand) {
+  const char *specials[] = {"<|endoftext|>"};
+  FmBpeTrainOpts o = {.vocab_size = 264, .specials = specials, .nspecials = 1, .pattern = FM_TOK_PATTERN_GPT2,
+                      .ndocs = 1, .read_doc = read_hello};
+  FmTokenizer *t = NULL;
+  FM_REQUIRE(fm_bpe_train(&o, NULL, &t, NULL) == 0);
+  const char *want[] = {"el", "hel", " hel", "lo", " hello", " help", "hello", "<|endoftext|>"};
+  FM_EXPECT_EQ_INT(fm_tok_vocab_size(t), 264);
+  for (int i = 0; i < 8; i++) {
+    size_t n = 0;
+    const char *b = fm_tok_token_bytes(t, 256 + i, &n);
+    FM_EXPECT(b && n == strlen(want[i]) && !memcmp(b, want[i], n));
+  }
+  int32_t *ids = NULL;
+  int64_t n = 0, cap = 0;
+  fm_tok_encode(t, "hello hello help", 16, false, &ids, &n, &cap);
+  FM_EXPECT_EQ_INT(n, 3);
+  FM_EXPECT_EQ_INT(ids[0], 262);
+  FM_EXPECT_EQ_INT(ids[1], 260);
+  FM_EXPECT_EQ_INT(ids[2], 261);
+  FM_EXPECT_EQ_INT(fm_tok_eos_id(t), 263);
+  free(ids);
+  fm_tok_free(t);
+}

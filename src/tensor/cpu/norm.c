@@ -1,0 +1,132 @@
+/* cpu/norm.c: LayerNorm (GPT-2; torch.nn.LayerNorm) and RMSNorm (Llama; HF
+ * LlamaRMSNorm), forward and backward, over rows of C.
+ *
+ * Row statistics are summed in double in index order and rounded once to
+ * the float mean/rstd that forward keeps and backward reuses. Backward's
+ * weight gradients (sums over N rows) run column-parallel: a thread owns a
+ * block of columns and walks every row in order, so each sum has one fixed
+ * order whatever the thread count (no per-thread partials). */
+#include <math.h>
+
+#include "fmhpc/tensor.h"
+
+#include "cpu_ops.h"
+
+#define FM_NORM_OMP_MIN ((int64_t)1 << 14)
+#define FM_NORM_CB      64 /* columns per thread task in the dw/db pass */
+
+/* ---- LayerNorm --------------------------------------------------------------- */
+/* As torch.nn.LayerNorm: biased variance, eps inside the sqrt;
+ * out = (x - mean) * rstd * w + b. */
+void fm_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = inp + n * C;
+    double s = 0.0;
+    for (int64_t c = 0; c < C; c++) s += x[c];
+    const double mu = s / (double)C;
+    double v = 0.0;
+    for (int64_t c = 0; c < C; c++) v += (x[c] - mu) * (x[c] - mu);
+    const float m = (float)mu;
+    const float r = (float)(1.0 / sqrt(v / (double)C + (double)eps));
+    float *o = out + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) o[c] = ((x[c] - m) * r) * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = r;
+  }
+}
+
+/* dw (C) += sum_n dout * xhat, db (C) += sum_n dout, xhat = (x - mean) * rstd
+ * (mean NULL: RMSNorm's xhat = x * rstd). Column blocks in parallel, rows in
+ * order, double sums from the old value, one rounding. */
+static void norm_dweights(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                          const float *rstd, int64_t N, int64_t C) {
+  const int64_t nb = (C + FM_NORM_CB - 1) / FM_NORM_CB;
+#pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
+  for (int64_t cb = 0; cb < nb; cb++) {
+    const int64_t c0 = cb * FM_NORM_CB;
+    const int64_t cn = C - c0 < FM_NORM_CB ? C - c0 : FM_NORM_CB;
+    double aw[FM_NORM_CB], ab[FM_NORM_CB];
+    for (int64_t c = 0; c < cn; c++) {
+      aw[c] = dw ? dw[c0 + c] : 0.0;
+      ab[c] = db ? db[c0 + c] : 0.0;
+    }
+    for (int64_t n = 0; n < N; n++) {
+      const float *x = inp + n * C + c0, *d = dout + n * C + c0;
+      const float m = mean ? mean[n] : 0.0f, r = rstd[n];
+#pragma omp simd
+      for (int64_t c = 0; c < cn; c++) {
+        const float xhat = mean ? (x[c] - m) * r : x[c] * r;
+        aw[c] += (double)(d[c] * xhat);
+        ab[c] += (double)d[c];
+      }
+    }
+    for (int64_t c = 0; c < cn; c++) {
+      if (dw) dw[c0 + c] = (float)aw[c];
+      if (db) db[c0 + c] = (float)ab[c];
+    }
+  }
+}
+
+/* dinp += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dout * w. */
+void fm_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                          const float *mean, const float *rstd, int64_t N, int64_t C) {
+  if (dinp) {
+#pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
+    for (int64_t n = 0; n < N; n++) {
+      const float *x = inp + n * C, *d = dout + n * C;
+      const float m = mean[n], r = rstd[n];
+      double sd = 0.0, sdx = 0.0;
+      for (int64_t c = 0; c < C; c++) {
+        const float dn = d[c] * w[c];
+        sd += dn;
+        sdx += (double)(dn * ((x[c] - m) * r));
+      }
+      const float md = (float)(sd / (double)C), mdx = (float)(sdx / (double)C);
+      float *di = dinp + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; c++) {
+        const float xhat = (x[c] - m) * r;
+        di[c] = di[c] + r * ((d[c] * w[c] - md) - xhat * mdx);
+      }
+    }
+  }
+  if (dw || db) norm_dweights(dw, db, dout, inp, mean, rstd, N, C);
+}
+
+/* ---- RMSNorm ----------------------------------------------------------------- */
+/* As HF LlamaRMSNorm: out = w * (x * rsqrt(mean(x^2) + eps)). */
+void fm_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C, float eps) {
+#pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
+  for (int64_t n = 0; n < N; n++) {
+    const float *x = inp + n * C;
+    double s = 0.0;
+    for (int64_t c = 0; c < C; c++) s += (double)x[c] * x[c];
+    const float r = (float)(1.0 / sqrt(s / (double)C + (double)eps));
+    float *o = out + n * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) o[c] = w[c] * (x[c] * r);
+    rstd[n] = r;
+  }
+}
+
+/* dinp += rstd * (dn - xhat * mean(dn * xhat)), dn = dout * w, xhat = x * rstd. */
+void fm_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, const float *rstd,
+                        int64_t N, int64_t C) {
+  if (dinp) {
+#pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
+    for (int64_t n = 0; n < N; n++) {
+      const float *x = inp + n * C, *d = dout + n * C;
+      const float r = rstd[n];
+      double sdx = 0.0;
+      for (int64_t c = 0; c < C; c++) sdx += (double)((d[c] * w[c]) * (x[c] * r));
+      const float mdx = (float)(sdx / (double)C);
+      float *di = dinp + n * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; c++) di[c] = di[c] + r * (d[c] * w[c] - (x[c] * r) * mdx);
+    }
+  }
+  if (dw) norm_dweights(dw, NULL, dout, inp, NULL, rstd, N, C);
+}

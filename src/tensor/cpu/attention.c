@@ -1,0 +1,250 @@
+/* cpu/attention.c: causal scaled-dot-product attention with GQA and a
+ * document mask, forward and backward, blockwise as FlashAttention-2 (Dao,
+ * 2023, Algorithms 1 and 2): scores exist only as BR x BC tiles, never T x T.
+ *
+ * Forward, per (batch b, query head h, query block): for each key block up to
+ * the diagonal, S = scale * Q K^T (one sgemm), masked entries dropped, and an
+ * online softmax keeps each row's running max m and sum l, rescaling the
+ * output accumulator O as m grows: O += exp(S - m) V (one sgemm). At the end
+ * out = O / l and lse = m + log(l), kept for backward.
+ *
+ * Backward recomputes P = exp(S - lse) per tile, with D = rowsum(dout * out):
+ * dV += P^T dout, dP = dout V^T, dS = P (dP - D), dK += scale dS^T Q,
+ * dQ += scale dS K. FA2 parallelises over key blocks and adds dQ with atomics;
+ * that order depends on timing, so here it is two passes instead: one over
+ * (b, kv head, key block) tasks that own dK/dV rows (looping over the group's
+ * query heads and the query blocks in order), one over (b, head, query block)
+ * tasks that own dQ rows (key blocks in order). The second pass recomputes
+ * S and dP: two more sgemm per tile, the price of fixed summation orders.
+ *
+ * Masks: key s is visible from query t iff s <= t and (seg NULL or
+ * seg[b*T+s] == seg[b*T+t]). s = t is always visible, so no row is fully
+ * masked (checked). Masked entries get probability exactly 0, so nothing a
+ * row cannot see changes its output bits. Tiles are fixed by T alone (key
+ * tiles are [s0, min(s0 + BC, T)) in every pass) and each tile's products are
+ * single-threaded sgemm calls (cpu_ops.h): the thread count never changes
+ * the bits. */
+#include <math.h>
+
+#include "fmhpc/tensor.h"
+
+#include "cpu_ops.h"
+
+#define FM_ATT_BR    64  /* query rows per tile */
+#define FM_ATT_BC    64  /* key columns per tile */
+#define FM_ATT_HSMAX 256 /* largest head size (the forward accumulator lives on the stack) */
+#define FM_ATT_OMP_MIN ((int64_t)1 << 18)
+
+typedef struct AttnArgs {
+  const float *q, *k, *v; /* head h of row n at q + n*ldq + h*HS; kv head g at k + n*ldkv + g*HS */
+  int64_t ldq, ldkv;
+  const int32_t *seg; /* (B, T) or NULL */
+  int64_t B, T, NH, NKV, HS;
+  float scale; /* 1/sqrt(HS) */
+} AttnArgs;
+
+static void attn_check(int64_t NH, int64_t NKV, int64_t HS) {
+  if (NKV < 1 || NH % NKV != 0)
+    fm_abort_one(1, "attention: NH = %lld is not a multiple of NKV = %lld", (long long)NH, (long long)NKV);
+  if (HS < 1 || HS > FM_ATT_HSMAX)
+    fm_abort_one(1, "attention: head size %lld outside [1, %d]", (long long)HS, FM_ATT_HSMAX);
+}
+
+/* allow[r*BC + c] = 1 iff key s0+c is visible from query t0+r; returns how
+ * many are. */
+static int64_t tile_mask(unsigned char *allow, const AttnArgs *a, int64_t b, int64_t t0, int64_t nr, int64_t s0,
+                         int64_t nc) {
+  int64_t count = 0;
+  const int32_t *seg = a->seg ? a->seg + b * a->T : NULL;
+  for (int64_t r = 0; r < nr; r++) {
+    const int64_t t = t0 + r;
+    for (int64_t c = 0; c < nc; c++) {
+      const int64_t s = s0 + c;
+      const unsigned char ok = (unsigned char)(s <= t && (!seg || seg[s] == seg[t]));
+      allow[r * FM_ATT_BC + c] = ok;
+      count += ok;
+    }
+  }
+  return count;
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
+  const int64_t HS = a->HS, T = a->T, g = h / (a->NH / a->NKV);
+  const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
+  const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
+  float S[FM_ATT_BR * FM_ATT_BC], acc[FM_ATT_BR * FM_ATT_HSMAX] = {0}, m[FM_ATT_BR], l[FM_ATT_BR] = {0};
+  unsigned char allow[FM_ATT_BR * FM_ATT_BC];
+  for (int64_t r = 0; r < FM_ATT_BR; r++) m[r] = -INFINITY;
+
+  for (int64_t s0 = 0; s0 < t0 + nr; s0 += FM_ATT_BC) {
+    const int64_t nc = T - s0 < FM_ATT_BC ? T - s0 : FM_ATT_BC;
+    if (tile_mask(allow, a, b, t0, nr, s0, nc) == 0) continue;
+    const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;
+    const float *V = a->v + (b * T + s0) * a->ldkv + g * HS;
+    fm__cpu_gemm1(0, 1, nr, nc, HS, a->scale, Q, a->ldq, K, a->ldkv, 0.0f, S, FM_ATT_BC); /* S = scale Q K^T */
+    for (int64_t r = 0; r < nr; r++) {
+      float *srow = S + r * FM_ATT_BC;
+      const unsigned char *ar = allow + r * FM_ATT_BC;
+      float mx = -INFINITY;
+      for (int64_t c = 0; c < nc; c++)
+        if (ar[c] && srow[c] > mx) mx = srow[c];
+      if (mx == -INFINITY) { /* nothing visible in this tile for this row */
+        for (int64_t c = 0; c < nc; c++) srow[c] = 0.0f;
+        continue;
+      }
+      const float mnew = m[r] > mx ? m[r] : mx;
+      const float alpha = fm__cpu_expf(m[r] - mnew); /* 0 on the first visible tile (m = -inf) */
+#pragma omp simd
+      for (int64_t c = 0; c < nc; c++) srow[c] = ar[c] ? fm__cpu_expf(srow[c] - mnew) : 0.0f;
+      float sum = 0.0f;
+      for (int64_t c = 0; c < nc; c++) sum += srow[c]; /* in column order */
+      l[r] = l[r] * alpha + sum;
+      m[r] = mnew;
+      if (alpha != 1.0f) {
+        float *o = acc + r * HS;
+#pragma omp simd
+        for (int64_t d = 0; d < HS; d++) o[d] = o[d] * alpha;
+      }
+    }
+    fm__cpu_gemm1(0, 0, nr, HS, nc, 1.0f, S, FM_ATT_BC, V, a->ldkv, 1.0f, acc, HS); /* O += P V */
+  }
+
+  for (int64_t r = 0; r < nr; r++) {
+    const int64_t t = t0 + r;
+    if (!(l[r] > 0.0f)) /* cannot happen: s = t is always visible */
+      fm_abort_one(1, "attention: row b=%lld h=%lld t=%lld sees no key", (long long)b, (long long)h, (long long)t);
+    float *o = out + (b * T + t) * a->NH * HS + h * HS;
+    const float *ac = acc + r * HS;
+    const float lr = l[r];
+#pragma omp simd
+    for (int64_t d = 0; d < HS; d++) o[d] = ac[d] / lr;
+    lse[(b * a->NH + h) * T + t] = (float)((double)m[r] + log((double)lr));
+  }
+}
+
+void fm_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int64_t ldq,
+                          int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                          int64_t HS) {
+  attn_check(NH, NKV, HS);
+  fm__cpu_blas_init();
+  const AttnArgs a = {q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS, (float)(1.0 / sqrt((double)HS))};
+  const int64_t nqb = (T + FM_ATT_BR - 1) / FM_ATT_BR;
+  const int64_t tasks = nqb * B * NH;
+  /* Late query blocks see the most keys: hand them out first. */
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && B * NH * T * T * HS >= FM_ATT_OMP_MIN)
+  for (int64_t i = 0; i < tasks; i++) {
+    const int64_t ib = nqb - 1 - i / (B * NH), bh = i % (B * NH);
+    fwd_block(out, lse, &a, bh / NH, bh % NH, ib * FM_ATT_BR);
+  }
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+typedef struct AttnGrads {
+  float *dq, *dk, *dv;
+  const float *dout, *out, *lse;
+} AttnGrads;
+
+/* D[r] = sum_d dout[t][d] * out[t][d] for the query block's rows (FA2's D_i). */
+static void block_D(float *D, const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t h, int64_t t0, int64_t nr) {
+  const int64_t ld = a->NH * a->HS;
+  for (int64_t r = 0; r < nr; r++) {
+    const float *dO = gr->dout + (b * a->T + t0 + r) * ld + h * a->HS;
+    const float *O = gr->out + (b * a->T + t0 + r) * ld + h * a->HS;
+    double s = 0.0;
+    for (int64_t d = 0; d < a->HS; d++) s += (double)dO[d] * O[d];
+    D[r] = (float)s;
+  }
+}
+
+/* One tile's P (in S) and dS (in dP), recomputed from lse:
+ * P = exp(scale Q K^T - lse) where visible, else 0; dS = P (dout V^T - D). */
+static void tile_P_dS(float *S, float *dP, const unsigned char *allow, const AttnGrads *gr, const AttnArgs *a,
+                      int64_t b, int64_t h, int64_t g, int64_t t0, int64_t nr, int64_t s0, int64_t nc, const float *D) {
+  const int64_t HS = a->HS, T = a->T, ldo = a->NH * HS;
+  const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
+  const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;
+  const float *V = a->v + (b * T + s0) * a->ldkv + g * HS;
+  const float *dO = gr->dout + (b * T + t0) * ldo + h * HS;
+  const float *L = gr->lse + (b * a->NH + h) * T + t0;
+  fm__cpu_gemm1(0, 1, nr, nc, HS, a->scale, Q, a->ldq, K, a->ldkv, 0.0f, S, FM_ATT_BC);
+  fm__cpu_gemm1(0, 1, nr, nc, HS, 1.0f, dO, ldo, V, a->ldkv, 0.0f, dP, FM_ATT_BC);
+  for (int64_t r = 0; r < nr; r++) {
+    float *srow = S + r * FM_ATT_BC, *drow = dP + r * FM_ATT_BC;
+    const unsigned char *ar = allow + r * FM_ATT_BC;
+    const float lr = L[r], Dr = D[r];
+#pragma omp simd
+    for (int64_t c = 0; c < nc; c++) {
+      const float p = ar[c] ? fm__cpu_expf(srow[c] - lr) : 0.0f;
+      srow[c] = p;
+      drow[c] = p * (drow[c] - Dr);
+    }
+  }
+}
+
+/* dK, dV rows [s0, s0+nc) of kv head g: sum over the group's query heads, then
+ * query blocks, in order. */
+static void bwd_kv_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t g, int64_t s0) {
+  const int64_t HS = a->HS, T = a->T, rep = a->NH / a->NKV, ldo = a->NH * HS;
+  const int64_t nc = T - s0 < FM_ATT_BC ? T - s0 : FM_ATT_BC;
+  float S[FM_ATT_BR * FM_ATT_BC], dP[FM_ATT_BR * FM_ATT_BC], D[FM_ATT_BR];
+  unsigned char allow[FM_ATT_BR * FM_ATT_BC];
+  float *dK = gr->dk ? gr->dk + (b * T + s0) * a->ldkv + g * HS : NULL;
+  float *dV = gr->dv ? gr->dv + (b * T + s0) * a->ldkv + g * HS : NULL;
+  for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+    for (int64_t t0 = (s0 / FM_ATT_BR) * FM_ATT_BR; t0 < T; t0 += FM_ATT_BR) {
+      const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
+      if (tile_mask(allow, a, b, t0, nr, s0, nc) == 0) continue;
+      block_D(D, gr, a, b, h, t0, nr);
+      tile_P_dS(S, dP, allow, gr, a, b, h, g, t0, nr, s0, nc, D);
+      const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
+      const float *dO = gr->dout + (b * T + t0) * ldo + h * HS;
+      if (dV) fm__cpu_gemm1(1, 0, nc, HS, nr, 1.0f, S, FM_ATT_BC, dO, ldo, 1.0f, dV, a->ldkv);    /* P^T dO */
+      if (dK) fm__cpu_gemm1(1, 0, nc, HS, nr, a->scale, dP, FM_ATT_BC, Q, a->ldq, 1.0f, dK, a->ldkv); /* dS^T Q */
+    }
+  }
+}
+
+/* dQ rows [t0, t0+nr) of head h: key blocks in order. */
+static void bwd_q_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
+  const int64_t HS = a->HS, T = a->T, g = h / (a->NH / a->NKV);
+  const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
+  float S[FM_ATT_BR * FM_ATT_BC], dP[FM_ATT_BR * FM_ATT_BC], D[FM_ATT_BR];
+  unsigned char allow[FM_ATT_BR * FM_ATT_BC];
+  float *dQ = gr->dq + (b * T + t0) * a->ldq + h * HS;
+  block_D(D, gr, a, b, h, t0, nr);
+  for (int64_t s0 = 0; s0 < t0 + nr; s0 += FM_ATT_BC) {
+    const int64_t nc = T - s0 < FM_ATT_BC ? T - s0 : FM_ATT_BC;
+    if (tile_mask(allow, a, b, t0, nr, s0, nc) == 0) continue;
+    tile_P_dS(S, dP, allow, gr, a, b, h, g, t0, nr, s0, nc, D);
+    const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;
+    fm__cpu_gemm1(0, 0, nr, HS, nc, a->scale, dP, FM_ATT_BC, K, a->ldkv, 1.0f, dQ, a->ldq); /* dS K */
+  }
+}
+
+void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
+                          const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
+                          const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+  attn_check(NH, NKV, HS);
+  fm__cpu_blas_init();
+  const AttnArgs a = {q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS, (float)(1.0 / sqrt((double)HS))};
+  const AttnGrads gr = {dq, dk, dv, dout, out, lse};
+  const int64_t nkb = (T + FM_ATT_BC - 1) / FM_ATT_BC, nqb = (T + FM_ATT_BR - 1) / FM_ATT_BR;
+  const int par = B * NH * T * T * HS >= FM_ATT_OMP_MIN;
+  if (dk || dv) {
+    const int64_t tasks = nkb * B * NKV; /* early key blocks are seen by the most queries: first */
+#pragma omp parallel for schedule(dynamic, 1) if (par && tasks > 1)
+    for (int64_t i = 0; i < tasks; i++) {
+      const int64_t bg = i % (B * NKV);
+      bwd_kv_block(&gr, &a, bg / NKV, bg % NKV, (i / (B * NKV)) * FM_ATT_BC);
+    }
+  }
+  if (dq) {
+    const int64_t tasks = nqb * B * NH;
+#pragma omp parallel for schedule(dynamic, 1) if (par && tasks > 1)
+    for (int64_t i = 0; i < tasks; i++) {
+      const int64_t bh = i % (B * NH);
+      bwd_q_block(&gr, &a, bh / NH, bh % NH, (nqb - 1 - i / (B * NH)) * FM_ATT_BR);
+    }
+  }
+}

@@ -81,8 +81,8 @@ typedef struct FmPacked {
 } FmPacked;
 
 /* Pack docs[0..n) in order. simple: concatenate and cut every R ids (only
- * the last row pads). bfd: best-fit decreasing into rows of R (ties kept in
- * input order); documents longer than R are dropped and counted. bfd_split:
+ * the last row pads). bfd: best-fit decreasing into rows of R (equal lengths
+ * in input order; equal rooms: the row that reached it last); documents longer than R are dropped and counted. bfd_split:
  * cut documents into R-id chunks and a remainder, then bfd. Appends to out
  * (zeroed or from a previous call). */
 int fm_pack(FmPacked *out, const FmDoc *docs, int64_t n, int64_t seq_len, FmPacking how, FmPosIds pos,

@@ -85,7 +85,8 @@ static void pack_simple(FmPacked *o, const FmDoc *docs, int64_t n, FmPosIds pos,
 /* ---- best-fit decreasing --------------------------------------------------
  * Items (whole documents, or R-id chunks and remainders for bfd_split) in
  * decreasing length, ties in input order; each goes to the open row with the
- * least room that still fits it, else to a new row. Open rows are kept in
+ * least room that still fits it (among equals, the row that reached that room
+ * last), else to a new row. Open rows are kept in
  * buckets by remaining room, and a segment tree over room finds the smallest
  * room >= len in O(log R). */
 typedef struct Item {

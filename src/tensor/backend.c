@@ -24,6 +24,20 @@ static const FmBackend fm__cpu_backend = {
     .cast_bf16_to_f32 = fm_cpu_cast_bf16_to_f32,
     .round_bf16 = fm_cpu_round_bf16,
     .adamw_update = fm_cpu_adamw_update,
+    .matmul_fwd = fm_cpu_matmul_fwd,
+    .matmul_bwd = fm_cpu_matmul_bwd,
+    .layernorm_fwd = fm_cpu_layernorm_fwd,
+    .layernorm_bwd = fm_cpu_layernorm_bwd,
+    .rmsnorm_fwd = fm_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = fm_cpu_rmsnorm_bwd,
+    .rope_fwd = fm_cpu_rope_fwd,
+    .rope_bwd = fm_cpu_rope_bwd,
+    .attention_fwd = fm_cpu_attention_fwd,
+    .attention_bwd = fm_cpu_attention_bwd,
+    .xent_fwd_bwd = fm_cpu_xent_fwd_bwd,
+    .embedding_fwd = fm_cpu_embedding_fwd,
+    .embedding_bwd = fm_cpu_embedding_bwd,
+    .set_compute_bf16 = fm_cpu_set_compute_bf16,
 };
 
 #ifdef FMHPC_HAVE_CUDA
@@ -47,6 +61,7 @@ static const FmBackend fm__cuda_backend = {
     .cast_bf16_to_f32 = fm_cuda_cast_bf16_to_f32,
     .round_bf16 = fm_cuda_round_bf16,
     .adamw_update = fm_cuda_adamw_update,
+    /* model ops: NULL until the CUDA kernels land with their tests */
 };
 #endif
 

@@ -9,6 +9,7 @@
 #include "fmhpc/core.h"
 #include "fmhpc/data.h"
 #include "fmhpc/deck.h"
+#include "fmhpc/interop.h"
 #include "fmhpc/runtime.h"
 #include "fmhpc/tokenizer.h"
 #include "fmhpc/train.h"
@@ -176,9 +177,13 @@ int main(int argc, char **argv) {
     rc = run_check(&deck, &a, world, stdout);
   } else if (!strcmp(task, "prep")) {
     rc = fm_prep_run(&deck, world, stdout);
+  } else if (!strcmp(task, "train")) {
+    rc = fm_train_run(&deck, world, stdout);
+  } else if (!strcmp(task, "export")) {
+    rc = fm_interop_export_task(&deck, world, err);
   } else {
     if (err)
-      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check\n", task,
+      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, train, export\n", task,
               FM_VERSION_STRING);
     rc = FM_EUNSUPPORTED;
   }

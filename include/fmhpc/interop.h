@@ -30,15 +30,16 @@
 
 /* The format's dtypes, in its order (increasing alignment), which the writer
  * sorts by as the reference implementation does. */
-#define FM_ST_DTYPES(X)      \
-  X(BOOL, 1) X(U8, 1) X(I8, 1) X(F8_E5M2, 1) X(F8_E4M3, 1) X(I16, 2) X(U16, 2) X(F16, 2) X(BF16, 2) \
-  X(I32, 4) X(U32, 4) X(F32, 4) X(F64, 8) X(I64, 8) X(U64, 8)
+#define FM_ST_DTYPES(X)                                                                                                \
+  X(BOOL, 1)                                                                                                           \
+  X(U8, 1) X(I8, 1) X(F8_E5M2, 1) X(F8_E4M3, 1) X(I16, 2) X(U16, 2) X(F16, 2) X(BF16, 2) X(I32, 4) X(U32, 4) X(F32, 4) \
+      X(F64, 8) X(I64, 8) X(U64, 8)
 
 typedef enum {
 #define FM__X(name, size) FM_ST_##name,
   FM_ST_DTYPES(FM__X)
 #undef FM__X
-  FM_ST_NDTYPES
+      FM_ST_NDTYPES
 } FmStDType;
 
 const char *fm_st_dtype_name(FmStDType t); /* "F32" */
@@ -46,7 +47,7 @@ size_t fm_st_dtype_size(FmStDType t);
 /* Parse a dtype name; -1 when unknown. */
 int fm_st_dtype_parse(const char *name);
 
-#define FM_ST_MAX_DIMS 8
+#define FM_ST_MAX_DIMS   8
 #define FM_ST_MAX_HEADER 100000000 /* bytes, the reference implementation's limit */
 
 typedef struct FmStTensor {
@@ -111,14 +112,14 @@ typedef struct FmHfHyper {
  * GPT-2's Conv1D weights are stored (in, out), the transpose of our
  * (out, in): `transpose` says so. */
 typedef struct FmHfTensor {
-  char name[96];        /* "transformer.h.3.attn.c_attn.weight" */
-  const FmTensor *src;  /* canonical tensor in the parameter table */
-  int layer;            /* -1: all of src */
-  bool transpose;       /* HF stores the (rows, cols) matrix as (cols, rows) */
+  char name[96];       /* "transformer.h.3.attn.c_attn.weight" */
+  const FmTensor *src; /* canonical tensor in the parameter table */
+  int layer;           /* -1: all of src */
+  bool transpose;      /* HF stores the (rows, cols) matrix as (cols, rows) */
   int ndim;
-  int64_t shape[2];     /* HF shape */
+  int64_t shape[2]; /* HF shape */
   int64_t numel;
-  int64_t offset;       /* element offset of the slice in the weights arena */
+  int64_t offset; /* element offset of the slice in the weights arena */
 } FmHfTensor;
 
 /* The HF tensors of a model (every tensor HF saves, in canonical order; a

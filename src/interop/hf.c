@@ -144,7 +144,8 @@ static int open_shards(Files *fs, const char *dir, const char *index, FILE *err)
   for (int64_t i = 0; wm && !rc && i < wm->n; i++) {
     const FmJson *v = &wm->items[i];
     if (v->type != FM_JSON_STR || !safe_shard_name(v->s, v->len)) {
-      if (err) fprintf(err, "%s: weight_map entry %lld is not a plain file name in the same directory\n", index, (long long)i);
+      if (err)
+        fprintf(err, "%s: weight_map entry %lld is not a plain file name in the same directory\n", index, (long long)i);
       rc = FM_EFORMAT;
       break;
     }
@@ -158,6 +159,10 @@ static int open_shards(Files *fs, const char *dir, const char *index, FILE *err)
     rc = files_add(fs, p, err);
     free(p);
   }
+  if (!rc && fs->n == 0) {
+    if (err) fprintf(err, "%s: \"weight_map\" names no files\n", index);
+    rc = FM_EFORMAT;
+  }
   fm_json_free(&doc);
   free(text);
   return rc;
@@ -167,8 +172,10 @@ static int open_model_files(Files *fs, const char *dir, FILE *err) {
   char *single = join(dir, "model.safetensors"), *index = join(dir, "model.safetensors.index.json");
   struct stat st;
   int rc;
-  if (stat(single, &st) == 0 || stat(index, &st) != 0) rc = files_add(fs, single, err);
-  else rc = open_shards(fs, dir, index, err);
+  if (stat(single, &st) == 0 || stat(index, &st) != 0)
+    rc = files_add(fs, single, err);
+  else
+    rc = open_shards(fs, dir, index, err);
   free(single);
   free(index);
   return rc;
@@ -239,13 +246,16 @@ static int leftover(const Files *fs, int fi, const FmStTensor *t, const FmModelK
     if (rc) return rc;
     if (memcmp(scratch, weights + wte->offset, (size_t)wte->numel * sizeof(float)) == 0) return 0;
     if (err)
-      fprintf(err, "%s: tensor lm_head.weight differs from the token embedding, but the deck ties them\n"
-                   "hint: set &model tie_embeddings = .false. (and tie_word_embeddings false in config.json)\n",
+      fprintf(err,
+              "%s: tensor lm_head.weight differs from the token embedding, but the deck ties them\n"
+              "hint: set &model tie_embeddings = .false. (and tie_word_embeddings false in config.json)\n",
               f->path);
     return FM_EFORMAT;
   }
-  if (err) fprintf(err, "%s: tensor %s is not a parameter of fmhpc's %s\nhint: is this a checkpoint of another architecture?\n",
-                   f->path, t->name, k->name);
+  if (err)
+    fprintf(err,
+            "%s: tensor %s is not a parameter of fmhpc's %s\nhint: is this a checkpoint of another architecture?\n",
+            f->path, t->name, k->name);
   return FM_EFORMAT;
 }
 
@@ -268,7 +278,7 @@ int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, co
   for (int i = 0; i < n && !rc; i++) {
     int fi = 0;
     const FmStTensor *t = files_find(&fs, ht[i].name, prefix, &fi);
-    if (!t) {
+    if (!t || !fs.used) {
       if (err)
         fprintf(err, "%s: no tensor %s (fmhpc's %s%s)\nhint: the directory holds another model, or an incomplete one\n",
                 dir, ht[i].name, ht[i].src->name, ht[i].layer >= 0 ? ", one layer" : "");
@@ -276,7 +286,8 @@ int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, co
       break;
     }
     if (fs.used[fi][t - fs.f[fi].t]) {
-      if (err) fprintf(err, "%s: tensor %s is stored both with and without the '%s' prefix\n", fs.f[fi].path, t->name, prefix);
+      if (err)
+        fprintf(err, "%s: tensor %s is stored both with and without the '%s' prefix\n", fs.f[fi].path, t->name, prefix);
       rc = FM_EFORMAT;
       break;
     }

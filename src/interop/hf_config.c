@@ -34,8 +34,10 @@ static void write_gpt2(FILE *o, const FmModelDims *d, const FmHfHyper *h) {
   put_real(o, h->norm_eps);
   fprintf(o, ",\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": %lld,\n  \"n_embd\": %lld,\n  \"n_head\": %lld,\n",
           (long long)d->T, (long long)d->C, (long long)d->NH);
-  if (d->F == 4 * d->C) fprintf(o, "  \"n_inner\": null,\n");
-  else fprintf(o, "  \"n_inner\": %lld,\n", (long long)d->F);
+  if (d->F == 4 * d->C)
+    fprintf(o, "  \"n_inner\": null,\n");
+  else
+    fprintf(o, "  \"n_inner\": %lld,\n", (long long)d->F);
   fprintf(o, "  \"n_layer\": %lld,\n  \"n_positions\": %lld,\n  \"scale_attn_by_inverse_layer_idx\": false,\n",
           (long long)d->L, (long long)d->T);
   fprintf(o, "  \"scale_attn_weights\": true,\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\",\n",
@@ -75,8 +77,10 @@ int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims
     fm_str_free(&tmp);
     return FM_EIO;
   }
-  if (gpt2) write_gpt2(o, d, h);
-  else write_llama(o, d, h);
+  if (gpt2)
+    write_gpt2(o, d, h);
+  else
+    write_llama(o, d, h);
   if (fflush(o) != 0 || ferror(o)) rc = FM_EIO;
   if (fclose(o) != 0) rc = FM_EIO;
   if (!rc && rename(tmp.s, path) != 0) rc = FM_EIO;
@@ -208,7 +212,8 @@ static void check_llama(Check *c, const FmModelDims *d, const FmHfHyper *h) {
   check_int(c, "num_attention_heads", 32, "n_head", d->NH);
   /* Defaults derived from keys already reported are not reported again. */
   if (get(c, "num_key_value_heads") || NH == d->NH) check_int(c, "num_key_value_heads", NH, "n_kv_head", d->NKV);
-  if (get(c, "head_dim") || (NH == d->NH && C == d->C)) check_int(c, "head_dim", NH > 0 ? C / NH : 0, "head_dim", d->HS);
+  if (get(c, "head_dim") || (NH == d->NH && C == d->C))
+    check_int(c, "head_dim", NH > 0 ? C / NH : 0, "head_dim", d->HS);
   check_int(c, "vocab_size", 32000, "vocab_size", d->V);
   check_real(c, "rms_norm_eps", 1e-6, "norm_eps", h->norm_eps);
   check_real(c, "rope_theta", 10000.0, "rope_theta", h->rope_theta);
@@ -216,15 +221,17 @@ static void check_llama(Check *c, const FmModelDims *d, const FmHfHyper *h) {
   check_fixed_bool(c, "attention_bias", false, false, "fmhpc's Llama has no attention biases");
   check_fixed_bool(c, "mlp_bias", false, false, "fmhpc's Llama has no MLP biases");
   const FmJson *mp = get(c, "max_position_embeddings");
-  if (mp && (mp->type != FM_JSON_NUM || !mp->is_int)) problem(c, "\"max_position_embeddings\" must be an integer");
+  if (mp && (mp->type != FM_JSON_NUM || !mp->is_int))
+    problem(c, "\"max_position_embeddings\" must be an integer");
   else if (mp && mp->i < d->T) {
     problem(c, "\"max_position_embeddings\" = %lld but the deck's &model seq_len = %lld is longer", (long long)mp->i,
             (long long)d->T);
     fm_str_printf(&c->fix, " seq_len = %lld", (long long)mp->i);
   }
   if (get(c, "rope_scaling"))
-    problem(c, "\"rope_scaling\" is set: fmhpc implements plain RoPE only (rope_scaling null), e.g. Llama 2 and 3, "
-               "not 3.1's scaled RoPE");
+    problem(c,
+            "\"rope_scaling\" is set: fmhpc implements plain RoPE only (rope_scaling null), e.g. Llama 2 and 3, "
+            "not 3.1's scaled RoPE");
 }
 
 /* config.json is small; anything over this is not one. */
@@ -233,8 +240,9 @@ enum { MAX_CONFIG_BYTES = 16 << 20 };
 int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h, FILE *err) {
   struct stat st;
   if (stat(path, &st) != 0) {
-    if (err) fprintf(err, "%s: cannot open: %s\nhint: a Hugging Face model directory has config.json and model.safetensors\n",
-                     path, strerror(errno));
+    if (err)
+      fprintf(err, "%s: cannot open: %s\nhint: a Hugging Face model directory has config.json and model.safetensors\n",
+              path, strerror(errno));
     return FM_EIO;
   }
   if (!S_ISREG(st.st_mode) || st.st_size > MAX_CONFIG_BYTES) {

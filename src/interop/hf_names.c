@@ -24,32 +24,32 @@ typedef struct HfMap {
 } HfMap;
 
 typedef struct HfModelMap {
-  const char *model;        /* FmModelKind name */
-  const char *base_prefix;  /* HF base_model_prefix + "." */
-  const char *layer_prefix; /* per-layer names are layer_prefix + i + "." + hf */
+  const char *model;            /* FmModelKind name */
+  const char *base_prefix;      /* HF base_model_prefix + "." */
+  const char *layer_prefix;     /* per-layer names are layer_prefix + i + "." + hf */
   const char *const *ignorable; /* suffixes of non-parameter buffers */
   const HfMap *map;
   int n;
 } HfModelMap;
 
 static const HfMap gpt2_map[] = {
-    {"wte", "transformer.wte.weight", false, false},          /* (V, C) */
-    {"wpe", "transformer.wpe.weight", false, false},          /* (T, C) */
-    {"h.ln1.w", "ln_1.weight", true, false},                  /* (C) */
-    {"h.ln1.b", "ln_1.bias", true, false},                    /* (C) */
-    {"h.attn.wqkv", "attn.c_attn.weight", true, true},        /* (C, 3C) = ours (3C, C) transposed */
-    {"h.attn.bqkv", "attn.c_attn.bias", true, false},         /* (3C) */
-    {"h.attn.wo", "attn.c_proj.weight", true, true},          /* (C, C) transposed */
-    {"h.attn.bo", "attn.c_proj.bias", true, false},           /* (C) */
-    {"h.ln2.w", "ln_2.weight", true, false},                  /* (C) */
-    {"h.ln2.b", "ln_2.bias", true, false},                    /* (C) */
-    {"h.mlp.w1", "mlp.c_fc.weight", true, true},              /* (C, F) = ours (F, C) transposed */
-    {"h.mlp.b1", "mlp.c_fc.bias", true, false},               /* (F) */
-    {"h.mlp.w2", "mlp.c_proj.weight", true, true},            /* (F, C) = ours (C, F) transposed */
-    {"h.mlp.b2", "mlp.c_proj.bias", true, false},             /* (C) */
-    {"lnf.w", "transformer.ln_f.weight", false, false},       /* (C) */
-    {"lnf.b", "transformer.ln_f.bias", false, false},         /* (C) */
-    {"lm_head", "lm_head.weight", false, false},              /* (V, C), untied only */
+    {"wte", "transformer.wte.weight", false, false},    /* (V, C) */
+    {"wpe", "transformer.wpe.weight", false, false},    /* (T, C) */
+    {"h.ln1.w", "ln_1.weight", true, false},            /* (C) */
+    {"h.ln1.b", "ln_1.bias", true, false},              /* (C) */
+    {"h.attn.wqkv", "attn.c_attn.weight", true, true},  /* (C, 3C) = ours (3C, C) transposed */
+    {"h.attn.bqkv", "attn.c_attn.bias", true, false},   /* (3C) */
+    {"h.attn.wo", "attn.c_proj.weight", true, true},    /* (C, C) transposed */
+    {"h.attn.bo", "attn.c_proj.bias", true, false},     /* (C) */
+    {"h.ln2.w", "ln_2.weight", true, false},            /* (C) */
+    {"h.ln2.b", "ln_2.bias", true, false},              /* (C) */
+    {"h.mlp.w1", "mlp.c_fc.weight", true, true},        /* (C, F) = ours (F, C) transposed */
+    {"h.mlp.b1", "mlp.c_fc.bias", true, false},         /* (F) */
+    {"h.mlp.w2", "mlp.c_proj.weight", true, true},      /* (F, C) = ours (C, F) transposed */
+    {"h.mlp.b2", "mlp.c_proj.bias", true, false},       /* (C) */
+    {"lnf.w", "transformer.ln_f.weight", false, false}, /* (C) */
+    {"lnf.b", "transformer.ln_f.bias", false, false},   /* (C) */
+    {"lm_head", "lm_head.weight", false, false},        /* (V, C), untied only */
 };
 /* The causal-mask buffers older transformers versions saved. */
 static const char *const gpt2_ignorable[] = {".attn.bias", ".attn.masked_bias", NULL};
@@ -110,8 +110,9 @@ static int add_tensor(FmHfTensor *o, const HfModelMap *m, const HfMap *e, const 
   const int first = e->per_layer ? 1 : 0; /* dims of one slice start here */
   const int nd = t->ndim - first;
   if (nd < 1 || nd > 2 || (e->transpose && nd != 2)) {
-    if (err) fprintf(err, "hf_names.c: canonical tensor %s has %d dims; its HF map expects %s\n", t->name, t->ndim,
-                     e->transpose ? "a matrix" : "a vector or matrix");
+    if (err)
+      fprintf(err, "hf_names.c: canonical tensor %s has %d dims; its HF map expects %s\n", t->name, t->ndim,
+              e->transpose ? "a matrix" : "a vector or matrix");
     return FM_EINVAL;
   }
   int len = e->per_layer ? snprintf(o->name, sizeof o->name, "%s%d.%s", m->layer_prefix, layer, e->hf)
@@ -139,20 +140,23 @@ int fm_hf_tensors(FmHfTensor **out, int *n, const FmModelKind *k, const FmModelD
   *n = 0;
   const HfModelMap *m = find_map(k);
   if (!m) {
-    if (err) fprintf(err, "model '%s' has no Hugging Face name map\nhint: add one in src/interop/hf_names.c\n", k->name);
+    if (err)
+      fprintf(err, "model '%s' has no Hugging Face name map\nhint: add one in src/interop/hf_names.c\n", k->name);
     return FM_EUNSUPPORTED;
   }
   int64_t count = 0;
   for (int i = 0; i < params->n; i++) {
     const HfMap *e = find_entry(m, params->t[i].name);
     if (!e) {
-      if (err) fprintf(err, "model '%s': parameter %s has no Hugging Face name\nhint: add it to src/interop/hf_names.c\n",
-                       k->name, params->t[i].name);
+      if (err)
+        fprintf(err, "model '%s': parameter %s has no Hugging Face name\nhint: add it to src/interop/hf_names.c\n",
+                k->name, params->t[i].name);
       return FM_EUNSUPPORTED;
     }
     if (e->per_layer && (params->t[i].ndim < 1 || params->t[i].shape[0] != d->L)) {
-      if (err) fprintf(err, "model '%s': parameter %s is not stacked (L, ...) as its HF map expects\n", k->name,
-                       params->t[i].name);
+      if (err)
+        fprintf(err, "model '%s': parameter %s is not stacked (L, ...) as its HF map expects\n", k->name,
+                params->t[i].name);
       return FM_EINVAL;
     }
     count += e->per_layer ? d->L : 1;

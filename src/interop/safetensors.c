@@ -113,12 +113,17 @@ static int pread_all(int fd, void *buf, size_t n, int64_t off, const char *path,
   return 0;
 }
 
+/* Sorting views of tensors (a struct, so sizeof is of an aggregate). */
+typedef struct Ref {
+  const FmStTensor *t;
+} Ref;
+
 static int cmp_by_name(const void *a, const void *b) {
   return strcmp(((const FmStTensor *)a)->name, ((const FmStTensor *)b)->name);
 }
 
 static int cmp_by_offsets(const void *a, const void *b) {
-  const FmStTensor *x = *(const FmStTensor *const *)a, *y = *(const FmStTensor *const *)b;
+  const FmStTensor *x = ((const Ref *)a)->t, *y = ((const Ref *)b)->t;
   if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
   if (x->end != y->end) return x->end < y->end ? -1 : 1;
   return 0;
@@ -143,8 +148,8 @@ static int parse_metadata(FmStFile *f, const FmJson *v, FILE *err) {
     const FmJson *s = &v->items[i];
     if (s->type != FM_JSON_STR)
       return bad(err, f->path, NULL, "the spec allows only a string-to-string map there",
-                 "\"__metadata__\" member \"%s\" is a JSON %s, not a string",
-                 printable(pb, sizeof pb, v->keys[i]), fm_json_type_name(s->type));
+                 "\"__metadata__\" member \"%s\" is a JSON %s, not a string", printable(pb, sizeof pb, v->keys[i]),
+                 fm_json_type_name(s->type));
     if (has_nul(v->keys[i], v->keylens[i]) || has_nul(s->s, s->len))
       return bad(err, f->path, NULL, NULL, "\"__metadata__\" holds a NUL character");
     f->meta[f->nmeta].key = fm_xstrdup(v->keys[i]);
@@ -156,7 +161,8 @@ static int parse_metadata(FmStFile *f, const FmJson *v, FILE *err) {
 
 static int parse_shape(FmStFile *f, FmStTensor *t, const FmJson *v, FILE *err) {
   if (v->type != FM_JSON_ARR)
-    return bad(err, f->path, t->name, NULL, "\"shape\" is a JSON %s, not an array of sizes", fm_json_type_name(v->type));
+    return bad(err, f->path, t->name, NULL, "\"shape\" is a JSON %s, not an array of sizes",
+               fm_json_type_name(v->type));
   if (v->n > FM_ST_MAX_DIMS)
     return bad(err, f->path, t->name, NULL, "shape has %lld dimensions; fmhpc reads at most %d", (long long)v->n,
                FM_ST_MAX_DIMS);
@@ -184,16 +190,21 @@ static int parse_tensor(FmStFile *f, FmStTensor *t, const FmJson *v, int64_t dat
   char pb[64];
   for (int64_t i = 0; i < v->n; i++) {
     const char *k = v->keys[i];
-    const FmJson **slot = !strcmp(k, "dtype") ? &dt : !strcmp(k, "shape") ? &shape : !strcmp(k, "data_offsets") ? &offs : NULL;
+    const FmJson **slot = !strcmp(k, "dtype")          ? &dt
+                          : !strcmp(k, "shape")        ? &shape
+                          : !strcmp(k, "data_offsets") ? &offs
+                                                       : NULL;
     if (!slot)
-      return bad(err, f->path, t->name, "an entry has exactly dtype, shape and data_offsets",
-                 "unknown member \"%s\"", printable(pb, sizeof pb, k));
+      return bad(err, f->path, t->name, "an entry has exactly dtype, shape and data_offsets", "unknown member \"%s\"",
+                 printable(pb, sizeof pb, k));
     if (*slot) return bad(err, f->path, t->name, NULL, "member \"%s\" appears twice", k);
     *slot = &v->items[i];
   }
   if (!dt || !shape || !offs)
     return bad(err, f->path, t->name, "an entry has exactly dtype, shape and data_offsets", "no \"%s\"",
-               !dt ? "dtype" : !shape ? "shape" : "data_offsets");
+               !dt      ? "dtype"
+               : !shape ? "shape"
+                        : "data_offsets");
   if (dt->type != FM_JSON_STR) return bad(err, f->path, t->name, NULL, "\"dtype\" is not a string");
   int code = fm_st_dtype_parse(dt->s);
   if (code < 0)
@@ -212,9 +223,10 @@ static int parse_tensor(FmStFile *f, FmStTensor *t, const FmJson *v, int64_t dat
     numel *= t->shape[d];
   }
   const int64_t size = (int64_t)fm_st_dtype_size(t->dtype);
-  if (numel > INT64_MAX / size)
+  if (size == 0 || numel > INT64_MAX / size)
     return bad(err, f->path, t->name, hint_corrupt, "shape's byte count overflows 64 bits");
   t->numel = numel;
+  const int64_t nbytes = numel * size;
   if (t->begin > t->end)
     return bad(err, f->path, t->name, hint_corrupt, "data_offsets [%lld, %lld] end before they begin",
                (long long)t->begin, (long long)t->end);
@@ -222,27 +234,27 @@ static int parse_tensor(FmStFile *f, FmStTensor *t, const FmJson *v, int64_t dat
     return bad(err, f->path, t->name, hint_corrupt,
                "data_offsets [%lld, %lld] run past the data region, which is %lld bytes (file truncated?)",
                (long long)t->begin, (long long)t->end, (long long)data_len);
-  if (t->end - t->begin != numel * size)
+  if (t->end - t->begin != nbytes)
     return bad(err, f->path, t->name, hint_corrupt,
-               "shape and dtype give %lld bytes (%lld x %s) but data_offsets [%lld, %lld] hold %lld",
-               (long long)(numel * size), (long long)numel, fm_st_dtype_name(t->dtype), (long long)t->begin,
-               (long long)t->end, (long long)(t->end - t->begin));
+               "shape and dtype give %lld bytes (%lld x %s) but data_offsets [%lld, %lld] hold %lld", (long long)nbytes,
+               (long long)numel, fm_st_dtype_name(t->dtype), (long long)t->begin, (long long)t->end,
+               (long long)(t->end - t->begin));
   return 0;
 }
 
 /* The spec: the tensors index the whole data region, no holes, no overlaps. */
 static int check_coverage(const FmStFile *f, int64_t data_len, FILE *err) {
-  const FmStTensor **by = fm_xmalloc(((size_t)f->n + 1) * sizeof *by);
-  for (int i = 0; i < f->n; i++) by[i] = &f->t[i];
+  Ref *by = fm_xmalloc(((size_t)f->n + 1) * sizeof *by);
+  for (int i = 0; i < f->n; i++) by[i].t = &f->t[i];
   qsort(by, (size_t)f->n, sizeof *by, cmp_by_offsets);
   int rc = 0;
   int64_t pos = 0;
   char pb[128];
   for (int i = 0; i < f->n && !rc; i++) {
-    const FmStTensor *t = by[i];
+    const FmStTensor *t = by[i].t;
     if (t->begin < pos)
       rc = bad(err, f->path, t->name, hint_corrupt, "data_offsets [%lld, %lld] overlap those of tensor \"%s\"",
-               (long long)t->begin, (long long)t->end, printable(pb, sizeof pb, by[i - 1]->name));
+               (long long)t->begin, (long long)t->end, printable(pb, sizeof pb, by[i - 1].t->name));
     else if (t->begin > pos)
       rc = bad(err, f->path, t->name, "the spec requires tensors to cover the data region without holes",
                "data_offsets begin at %lld, leaving a hole of %lld bytes after %s", (long long)t->begin,
@@ -267,13 +279,14 @@ static int check_unique(const FmStFile *f, FILE *err) {
 /* Parse the header JSON (already read) into f. */
 static int parse_header(FmStFile *f, const char *text, int64_t len, int64_t data_len, FILE *err) {
   if (len < 2 || text[0] != '{')
-    return bad(err, f->path, NULL, hint_corrupt, "the header does not start with '{' (the spec requires a JSON object)");
+    return bad(err, f->path, NULL, hint_corrupt,
+               "the header does not start with '{' (the spec requires a JSON object)");
   FmJsonDoc doc;
   FmJsonError je;
   memset(&je, 0, sizeof je);
   if (fm_json_parse(&doc, text, (size_t)len, 64, &je) != 0)
     return bad(err, f->path, NULL, hint_corrupt, "header JSON at line %d, column %d (byte %lld of the file): %s",
-               je.line, je.col, (long long)(8 + je.offset), je.msg);
+               je.line, je.col, (long long)je.offset + 8, je.msg);
   int rc = 0;
   const FmJson *root = &doc.root;
   if (root->type != FM_JSON_OBJ) {
@@ -287,7 +300,8 @@ static int parse_header(FmStFile *f, const char *text, int64_t len, int64_t data
     if (has_nul(key, root->keylens[i])) {
       rc = bad(err, f->path, NULL, hint_corrupt, "a tensor name holds a NUL character");
     } else if (strcmp(key, "__metadata__") == 0) {
-      if (seen_meta) rc = bad(err, f->path, NULL, "the spec disallows duplicate names", "\"__metadata__\" appears twice");
+      if (seen_meta)
+        rc = bad(err, f->path, NULL, "the spec disallows duplicate names", "\"__metadata__\" appears twice");
       seen_meta = true;
       if (!rc) rc = parse_metadata(f, &root->items[i], err);
     } else {
@@ -311,7 +325,8 @@ int fm_st_open(FmStFile *f, const char *path, FILE *err) {
   f->fd = -1;
   f->path = fm_xstrdup(path);
   if (!host_little_endian()) {
-    if (err) fprintf(err, "%s: safetensors data is little-endian; this build reads it only on little-endian hosts\n", path);
+    if (err)
+      fprintf(err, "%s: safetensors data is little-endian; this build reads it only on little-endian hosts\n", path);
     return FM_EUNSUPPORTED;
   }
   f->fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -373,8 +388,10 @@ const FmStTensor *fm_st_find(const FmStFile *f, const char *name) {
     int mid = lo + (hi - lo) / 2;
     int c = strcmp(f->t[mid].name, name);
     if (c == 0) return &f->t[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   return NULL;
 }
@@ -448,13 +465,13 @@ int fm_st_read_f32(const FmStFile *f, const FmStTensor *t, float *out, FILE *err
 /* ---- writing ---------------------------------------------------------- */
 /* The reference order: dtype descending (widest alignment first), then name. */
 static int cmp_write_order(const void *a, const void *b) {
-  const FmStTensor *x = *(const FmStTensor *const *)a, *y = *(const FmStTensor *const *)b;
+  const FmStTensor *x = ((const Ref *)a)->t, *y = ((const Ref *)b)->t;
   if (x->dtype != y->dtype) return x->dtype > y->dtype ? -1 : 1;
   return strcmp(x->name, y->name);
 }
 
-static int cmp_ptr_by_name(const void *a, const void *b) {
-  return strcmp((*(const FmStTensor *const *)a)->name, (*(const FmStTensor *const *)b)->name);
+static int cmp_ref_by_name(const void *a, const void *b) {
+  return strcmp(((const Ref *)a)->t->name, ((const Ref *)b)->t->name);
 }
 
 static int cmp_meta(const void *a, const void *b) {
@@ -477,11 +494,11 @@ static int write_all(int fd, const void *buf, size_t n, const char *path, FILE *
 }
 
 /* Header JSON of the sorted tensors, padded with spaces to a multiple of 8. */
-static char *build_header(const FmStTensor *const *ord, int n, const FmStMeta *meta, int nmeta, size_t *len) {
+static char *build_header(const Ref *ord, int n, const FmStMeta *meta, int nmeta, size_t *len) {
   char *s = NULL;
   size_t sl = 0;
   FILE *h = open_memstream(&s, &sl);
-  if (!h) fm_abort_one(1, "open_memstream: %s", strerror(errno));
+  if (!h) return NULL;
   fputc('{', h);
   if (nmeta > 0) {
     FmStMeta *m = fm_xmalloc((size_t)nmeta * sizeof *m);
@@ -498,7 +515,7 @@ static char *build_header(const FmStTensor *const *ord, int n, const FmStMeta *m
     free(m);
   }
   for (int i = 0; i < n; i++) {
-    const FmStTensor *t = ord[i];
+    const FmStTensor *t = ord[i].t;
     if (i || nmeta > 0) fputc(',', h);
     fm_json_write_str(h, t->name, strlen(t->name));
     fprintf(h, ":{\"dtype\":\"%s\",\"shape\":[", fm_st_dtype_name(t->dtype));
@@ -516,8 +533,7 @@ static char *build_header(const FmStTensor *const *ord, int n, const FmStMeta *m
 }
 
 /* Check the caller's tensors and lay them out: begin/end in write order. */
-static int plan_write(const char *path, int n, FmStTensor *t, const FmStTensor **ord, FmStFill fill, FILE *err,
-                      int64_t *max_fill) {
+static int plan_write(const char *path, int n, FmStTensor *t, Ref *ord, FmStFill fill, FILE *err, int64_t *max_fill) {
   *max_fill = 0;
   for (int i = 0; i < n; i++) {
     FmStTensor *x = &t[i];
@@ -532,24 +548,24 @@ static int plan_write(const char *path, int n, FmStTensor *t, const FmStTensor *
       if (err) fprintf(err, "%s: tensor %s has no data and no fill callback\n", path, x->name);
       return FM_EINVAL;
     }
-    ord[i] = x;
+    ord[i].t = x;
   }
   qsort(ord, (size_t)n, sizeof *ord, cmp_write_order);
   int64_t pos = 0;
   for (int i = 0; i < n; i++) {
-    FmStTensor *x = &t[ord[i] - t];
+    FmStTensor *x = &t[ord[i].t - t];
     x->begin = pos;
     x->end = pos + x->numel * (int64_t)fm_st_dtype_size(x->dtype);
     pos = x->end;
     if (!x->data && x->end - x->begin > *max_fill) *max_fill = x->end - x->begin;
   }
-  const FmStTensor **by = fm_xmalloc(((size_t)n + 1) * sizeof *by); /* names unique across dtypes too */
+  Ref *by = fm_xmalloc(((size_t)n + 1) * sizeof *by); /* names unique across dtypes too */
   memcpy(by, ord, (size_t)n * sizeof *by);
-  qsort(by, (size_t)n, sizeof *by, cmp_ptr_by_name);
+  qsort(by, (size_t)n, sizeof *by, cmp_ref_by_name);
   int rc = 0;
   for (int i = 1; i < n && !rc; i++)
-    if (strcmp(by[i - 1]->name, by[i]->name) == 0) {
-      if (err) fprintf(err, "%s: tensor %s given twice\n", path, by[i]->name);
+    if (strcmp(by[i - 1].t->name, by[i].t->name) == 0) {
+      if (err) fprintf(err, "%s: tensor %s given twice\n", path, by[i].t->name);
       rc = FM_EINVAL;
     }
   free(by);
@@ -558,11 +574,8 @@ static int plan_write(const char *path, int n, FmStTensor *t, const FmStTensor *
 
 /* fsync the directory holding path, so the rename itself is durable. */
 static void fsync_dir_of(const char *path) {
-  char *dir = fm_xstrdup(path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) slash[1] = 0;
-  else if (slash) *slash = 0;
-  else strcpy(dir, ".");
+  const char *slash = strrchr(path, '/');
+  char *dir = !slash ? fm_xstrdup(".") : fm_xstrndup(path, slash == path ? 1 : (size_t)(slash - path));
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
     (void)fsync(fd); /* best effort: some file systems refuse fsync on directories */
@@ -574,10 +587,11 @@ static void fsync_dir_of(const char *path) {
 int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMeta *meta, FmStFill fill, void *ctx,
                 FILE *err) {
   if (!host_little_endian()) {
-    if (err) fprintf(err, "%s: safetensors data is little-endian; this build writes it only on little-endian hosts\n", path);
+    if (err)
+      fprintf(err, "%s: safetensors data is little-endian; this build writes it only on little-endian hosts\n", path);
     return FM_EUNSUPPORTED;
   }
-  const FmStTensor **ord = fm_xmalloc(((size_t)n + 1) * sizeof *ord);
+  Ref *ord = fm_xmalloc(((size_t)n + 1) * sizeof *ord);
   int64_t max_fill = 0;
   int rc = plan_write(path, n, t, ord, fill, err, &max_fill);
   if (rc) {
@@ -586,12 +600,19 @@ int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMet
   }
   size_t hlen = 0;
   char *header = build_header(ord, n, meta, nmeta, &hlen);
+  if (!header) {
+    if (err) fprintf(err, "%s: cannot build the header: %s\n", path, strerror(errno));
+    free(ord);
+    return FM_ENOMEM;
+  }
   FmStr tmp;
   fm_str_init(&tmp);
   fm_str_printf(&tmp, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp.s, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    if (err) fprintf(err, "%s: cannot create: %s\nhint: does the directory exist and is it writable?\n", tmp.s, strerror(errno));
+    if (err)
+      fprintf(err, "%s: cannot create: %s\nhint: does the directory exist and is it writable?\n", tmp.s,
+              strerror(errno));
     rc = FM_EIO;
   }
   unsigned char b8[8];
@@ -600,7 +621,7 @@ int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMet
   if (!rc) rc = write_all(fd, header, hlen, tmp.s, err);
   void *scratch = max_fill > 0 ? fm_xmalloc((size_t)max_fill) : NULL;
   for (int i = 0; i < n && !rc; i++) {
-    const FmStTensor *x = ord[i];
+    const FmStTensor *x = ord[i].t;
     const void *bytes = x->data;
     if (!bytes) {
       rc = fill(ctx, x, scratch);
@@ -621,8 +642,10 @@ int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMet
     if (err) fprintf(err, "%s: cannot rename %s over it: %s\n", path, tmp.s, strerror(errno));
     rc = FM_EIO;
   }
-  if (rc) unlink(tmp.s);
-  else fsync_dir_of(path);
+  if (rc)
+    unlink(tmp.s);
+  else
+    fsync_dir_of(path);
   free(scratch);
   free(header);
   free(ord);

@@ -19,8 +19,9 @@ static void write_table(const char *path, const FmTensorTable *tab, const FmMode
     perror(path);
     exit(1);
   }
-  fprintf(f, "{\"numel\": %lld, \"dims\": {\"C\": %lld, \"L\": %lld, \"NH\": %lld, \"NKV\": %lld, \"HS\": %lld, "
-             "\"F\": %lld, \"V\": %lld, \"T\": %lld, \"tied\": %s},\n \"tensors\": [",
+  fprintf(f,
+          "{\"numel\": %lld, \"dims\": {\"C\": %lld, \"L\": %lld, \"NH\": %lld, \"NKV\": %lld, \"HS\": %lld, "
+          "\"F\": %lld, \"V\": %lld, \"T\": %lld, \"tied\": %s},\n \"tensors\": [",
           (long long)tab->numel, (long long)d->C, (long long)d->L, (long long)d->NH, (long long)d->NKV,
           (long long)d->HS, (long long)d->F, (long long)d->V, (long long)d->T, d->tied ? "true" : "false");
   for (int i = 0; i < tab->n; i++) {

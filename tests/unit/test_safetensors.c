@@ -71,10 +71,10 @@ static int rd_file(const char *path, unsigned char **b, size_t *n) { return fm_r
 FM_TEST(writer_matches_reference_bytes) {
   const float v[6] = {0, 1, 2, 3, 4, 5};
   static const unsigned char want[] = {
-      64, 0, 0, 0, 0, 0, 0, 0, 123, 34, 97, 116, 116, 110, 46, 48, 34, 58, 123, 34, 100, 116, 121, 112, 101, 34,
-      58, 34, 70, 51, 50, 34, 44, 34, 115, 104, 97, 112, 101, 34, 58, 91, 49, 44, 50, 44, 51, 93, 44, 34, 100, 97,
-      116, 97, 95, 111, 102, 102, 115, 101, 116, 115, 34, 58, 91, 48, 44, 50, 52, 93, 125, 125, 0, 0, 0, 0, 0, 0,
-      128, 63, 0, 0, 0, 64, 0, 0, 64, 64, 0, 0, 128, 64, 0, 0, 160, 64};
+      64,  0,  0,   0,  0,   0,  0,   0,   123, 34,  97,  116, 116, 110, 46,  48, 34, 58, 123, 34, 100, 116, 121, 112,
+      101, 34, 58,  34, 70,  51, 50,  34,  44,  34,  115, 104, 97,  112, 101, 34, 58, 91, 49,  44, 50,  44,  51,  93,
+      44,  34, 100, 97, 116, 97, 95,  111, 102, 102, 115, 101, 116, 115, 34,  58, 91, 48, 44,  50, 52,  93,  125, 125,
+      0,   0,  0,   0,  0,   0,  128, 63,  0,   0,   0,   64,  0,   0,   64,  64, 0,  0,  128, 64, 0,   0,   160, 64};
   FmStTensor t = {.name = "attn.0", .dtype = FM_ST_F32, .ndim = 3, .shape = {1, 2, 3}, .data = v};
   const char *p = tmp_path("ref1.safetensors");
   FM_REQUIRE(fm_st_write(p, 1, &t, 0, NULL, NULL, NULL, stderr) == 0);
@@ -163,8 +163,8 @@ FM_TEST(round_trip_dtypes_order_metadata) {
 FM_TEST(f16_conversion_exact) {
   /* binary16 bit patterns and their exact values. */
   const uint16_t h[] = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x03FF, 0x0400, 0x7C00, 0xFC00, 0x8000, 0x3555};
-  const float want[] = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 0x1.ff8p-15f, 0x1p-14f, INFINITY, -INFINITY, -0.0f,
-                        0x1.554p-2f};
+  const float want[] = {1.0f,     -2.0f,    65504.0f,  0x1p-24f, 0x1.ff8p-15f,
+                        0x1p-14f, INFINITY, -INFINITY, -0.0f,    0x1.554p-2f};
   const int n = (int)(sizeof h / sizeof h[0]);
   FmStTensor t = {.name = "h", .dtype = FM_ST_F16, .ndim = 1, .shape = {n}, .data = h};
   const char *p = tmp_path("f16.safetensors");
@@ -236,8 +236,10 @@ FM_TEST(reject_header_not_json) {
 
 FM_TEST(reject_offsets_outside_file) {
   const char *p = tmp_path("outside.safetensors");
-  craft(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
-           "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[1000000,1000008]}}", -1, 8);
+  craft(p,
+        "{\"a\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[1000000,1000008]}}",
+        -1, 8);
   expect_reject(p, FM_EFORMAT, "tensor \"b\"", "data_offsets [1000000, 1000008] run past the data region", NULL);
   craft(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[5,3]}}", -1, 8);
   expect_reject(p, FM_EFORMAT, "tensor \"a\"", "end before they begin", NULL);
@@ -251,16 +253,18 @@ FM_TEST(reject_offsets_outside_file) {
 
 FM_TEST(reject_overlapping_tensors) {
   const char *p = tmp_path("overlap.safetensors");
-  craft(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
-           "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", -1, 16);
+  craft(p,
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+        -1, 16);
   expect_reject(p, FM_EFORMAT, "tensor \"b\"", "overlap those of tensor \"a\"", NULL);
 }
 
 FM_TEST(reject_size_shape_mismatch) {
   const char *p = tmp_path("size.safetensors");
   craft(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,16]}}", -1, 16);
-  expect_reject(p, FM_EFORMAT, "tensor \"w\"", "shape and dtype give 24 bytes (6 x F32) but data_offsets [0, 16] hold 16",
-                NULL);
+  expect_reject(p, FM_EFORMAT, "tensor \"w\"",
+                "shape and dtype give 24 bytes (6 x F32) but data_offsets [0, 16] hold 16", NULL);
   /* Shapes whose element or byte count overflows 64 bits. */
   craft(p, "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,16]}}", -1, 16);
   expect_reject(p, FM_EFORMAT, "tensor \"w\"", "element count overflows 64 bits", NULL);
@@ -280,8 +284,10 @@ FM_TEST(reject_unknown_dtype) {
 
 FM_TEST(reject_duplicate_names) {
   const char *p = tmp_path("dup.safetensors");
-  craft(p, "{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
-           "\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}", -1, 4);
+  craft(p,
+        "{\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+        "\"w\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[2,4]}}",
+        -1, 4);
   expect_reject(p, FM_EFORMAT, "tensor \"w\"", "appears twice", "duplicate names");
   craft(p, "{\"__metadata__\":{},\"__metadata__\":{}}", -1, 0);
   expect_reject(p, FM_EFORMAT, "\"__metadata__\" appears twice", NULL, NULL);
@@ -301,8 +307,10 @@ FM_TEST(reject_negative_shape) {
 
 FM_TEST(reject_hole_and_uncovered_bytes) {
   const char *p = tmp_path("hole.safetensors");
-  craft(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
-           "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}", -1, 12);
+  craft(p,
+        "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+        "\"b\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[8,12]}}",
+        -1, 12);
   expect_reject(p, FM_EFORMAT, "tensor \"b\"", "hole of 4 bytes", "without holes");
   craft(p, "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[4,8]}}", -1, 8);
   expect_reject(p, FM_EFORMAT, "tensor \"a\"", "hole of 4 bytes after the start of the data region", NULL);
@@ -340,10 +348,12 @@ FM_TEST(accept_spec_edge_cases) {
   FM_EXPECT_EQ_INT(fm_st_open(&f, p, stderr), 0);
   FM_EXPECT_EQ_INT(f.n, 0);
   fm_st_close(&f);
-  craft(p, "{\"e1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
-           "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
-           "\"e2\":{\"dtype\":\"BF16\",\"shape\":[3,0],\"data_offsets\":[4,4]},"
-           "\"v\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[4,6]}}  ", -1, 6);
+  craft(p,
+        "{\"e1\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]},"
+        "\"s\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+        "\"e2\":{\"dtype\":\"BF16\",\"shape\":[3,0],\"data_offsets\":[4,4]},"
+        "\"v\":{\"dtype\":\"BOOL\",\"shape\":[2],\"data_offsets\":[4,6]}}  ",
+        -1, 6);
   FM_REQUIRE(fm_st_open(&f, p, stderr) == 0);
   FM_EXPECT_EQ_INT(f.n, 4);
   FM_EXPECT_EQ_INT(fm_st_find(&f, "s")->ndim, 0);
@@ -414,9 +424,12 @@ FM_TEST(corrupted_files_error_never_crash) {
     }
     write_bytes(bad, b, n);
     int rc = exercise(bad);
-    if (rc == 0) nok++;
-    else if (rc == FM_EFORMAT) nerr++;
-    else nother++;
+    if (rc == 0)
+      nok++;
+    else if (rc == FM_EFORMAT)
+      nerr++;
+    else
+      nother++;
   }
   /* Lies in the length field and appended garbage. */
   for (int k = 0; k < 64; k++) {
@@ -676,6 +689,7 @@ FM_TEST(import_rejects_wrong_shape) {
   int rc;
   char *msg = import_msg("llama", llama_dims(false), dir, &rc);
   FM_EXPECT_EQ_INT(rc, FM_EFORMAT);
-  FM_EXPECT_CONTAINS(msg, "tensor model.layers.2.self_attn.k_proj.weight: shape [16, 8] but the deck's model needs [8, 8]");
+  FM_EXPECT_CONTAINS(msg,
+                     "tensor model.layers.2.self_attn.k_proj.weight: shape [16, 8] but the deck's model needs [8, 8]");
   free(msg);
 }

@@ -1,8 +1,11 @@
 /* model.h: the model registry (src/model/models.def) and what each model
  * declares about itself: its dimensions from the deck, its parameter table
  * (one X-macro list per model), the activations a micro-batch keeps for the
- * backward pass, and its FLOPs per token. Forward/backward come later and
- * walk the same tables. */
+ * backward pass, and its FLOPs per token; and FmModel, a model instantiated
+ * on a backend: parameter, gradient and activation arenas sized at create
+ * time, weight init, forward + backward of one micro-batch, logits for
+ * evaluation and generation, and residual-stream statistics. Every op runs
+ * through the FmBackend table, so the same code drives CPU and CUDA. */
 #ifndef FMHPC_MODEL_H
 #define FMHPC_MODEL_H
 
@@ -15,16 +18,20 @@
 
 /* Dimensions in the one vocabulary of STYLE.md. */
 typedef struct FmModelDims {
-  int64_t C;   /* model width */
-  int64_t L;   /* layers */
-  int64_t NH;  /* query heads */
-  int64_t NKV; /* key/value heads */
-  int64_t HS;  /* head size */
-  int64_t F;   /* feed-forward width */
-  int64_t V;   /* vocabulary */
-  int64_t T;   /* context length */
-  bool tied;   /* output projection shares the token embedding */
+  int64_t C;         /* model width */
+  int64_t L;         /* layers */
+  int64_t NH;        /* query heads */
+  int64_t NKV;       /* key/value heads */
+  int64_t HS;        /* head size */
+  int64_t F;         /* feed-forward width */
+  int64_t V;         /* vocabulary */
+  int64_t T;         /* context length */
+  bool tied;         /* output projection shares the token embedding */
+  double norm_eps;   /* LayerNorm / RMSNorm epsilon */
+  double rope_theta; /* RoPE base (llama) */
 } FmModelDims;
+
+typedef struct FmModel FmModel;
 
 typedef struct FmModelKind {
   const char *name; /* "gpt2", "llama" */
@@ -38,6 +45,14 @@ typedef struct FmModelKind {
   int64_t (*act_elems)(const FmModelDims *d, int64_t b, bool recompute);
   /* Training FLOPs per token (forward + backward), matmuls and attention. */
   double (*train_flops_per_token)(const FmModelDims *d);
+  /* The activation table of a micro-batch of b sequences (src/model/
+   * model_internal.h says how tensors map to layers), appended to tab. */
+  void (*acts)(FmTensorTable *tab, const FmModelDims *d, int64_t b, bool recompute);
+  /* Embedding -> blocks -> final norm into the model's final hidden state. */
+  void (*forward)(FmModel *m);
+  /* From d(final hidden) back to the embeddings, accumulating every weight
+   * gradient (recomputing each block first when m was made with recompute). */
+  void (*backward)(FmModel *m);
 } FmModelKind;
 
 const FmModelKind *fm_model_find(const char *name);
@@ -50,9 +65,85 @@ int fm_model_dims(FmModelDims *d, const FmModelKind **kind, const FmDeck *deck, 
 int fm__model_common_dims(FmModelDims *d, const FmDeck *deck, FILE *err);
 /* Append one fp32 parameter; per-layer tensors get a leading L dimension and
  * d1 == 0 makes a vector. Used by the models' X-macro parameter lists. */
-void fm__model_add_param(FmTensorTable *tab, const char *name, uint32_t flags, FmTpSplit tp, int per_layer,
-                         int64_t L, int64_t d0, int64_t d1);
+void fm__model_add_param(FmTensorTable *tab, const char *name, uint32_t flags, FmTpSplit tp, int per_layer, int64_t L,
+                         int64_t d0, int64_t d1);
 /* The whole parameter table of the deck's model (dims must be valid). */
 void fm_model_param_table(FmTensorTable *tab, const FmModelKind *kind, const FmModelDims *d);
+
+/* ---- FmModel: a model on a backend ---------------------------------------- */
+
+/* One micro-batch as the model reads it: b*T int32 each, host memory (the
+ * model copies it to the backend). seg may be NULL (one document per row);
+ * targets may be NULL for fm_model_logits. The data module's FmBatch fields
+ * map one to one: tokens, targets, position_ids, segment_ids. */
+typedef struct FmModelInput {
+  const int32_t *tokens;  /* (B, T) input ids */
+  const int32_t *targets; /* (B, T) next-token ids */
+  const int32_t *pos;     /* (B, T) position ids (GPT-2's wpe row, Llama's RoPE angle) */
+  const int32_t *seg;     /* (B, T) segment ids: attention stays inside a document; or NULL */
+} FmModelInput;
+
+/* Make a model of kind k with dims d on backend be for micro-batches of b
+ * sequences of d->T tokens. Allocates, once: the parameter arena and the
+ * gradient arena (both laid out by the parameter table: tensor i at
+ * tab.t[i].offset), the activation arena (the kind's activation table, with
+ * per-layer recompute or without) and the batch buffers; rank 0 logs their
+ * sizes. Nothing is allocated after this (STYLE rule 8). Weights are not
+ * initialised. FM_EINVAL with a message on err when the backend lacks a model
+ * op or b < 1. */
+int fm_model_create(FmModel **m, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                    bool recompute, FILE *err);
+void fm_model_free(FmModel *m);
+
+/* Initialise every weight (DESIGN section 6: a pure function of the seed and
+ * the element's index g in the flat parameter vector, so any split of the
+ * vector over ranks gives the same values):
+ *   FM_TF_ONES -> 1, FM_TF_ZEROS -> 0, otherwise std * fm_rng_normal(seed,
+ *   FM_RNG_INIT, 0, g) with std = init_std, init_std / sqrt(2L) for
+ *   FM_TF_RESIDUAL tensors when residual_scaled, and init_std / 2 for GPT-2's
+ *   position embedding "wpe" (0.01 at the default 0.02, as OpenAI's GPT-2
+ *   model.py). */
+void fm_model_init_weights(FmModel *m, uint64_t seed, double init_std, bool residual_scaled);
+/* The same values for the flat range [begin, end) of a parameter table into
+ * host memory out (end - begin floats): what a rank holding a shard calls. */
+void fm_model_init_range(float *out, const FmTensorTable *tab, int64_t L, int64_t begin, int64_t end, uint64_t seed,
+                         double init_std, bool residual_scaled);
+
+/* Forward (and with backward, backward) of one micro-batch. token_weight
+ * (B*T floats, host) is 0 for a masked token and 1/(global unmasked count)
+ * otherwise (DESIGN section 5). Returns sum_n token_weight[n] * loss_n in
+ * double. With backward, ACCUMULATES d(that sum)/d(parameters) into the
+ * gradient arena; the caller zeroes it (fm_model_zero_grad) once per step. */
+double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward);
+void fm_model_zero_grad(FmModel *m);
+/* Deck precision c=bf16: the backend rounds GEMM operands to bf16
+ * (set_compute_bf16) and the model rounds the activations a bf16 GPU run
+ * keeps in bf16 (matmul, attention, RoPE, GELU and SwiGLU outputs); the
+ * residual stream, norm statistics and gradients stay fp32. */
+void fm_model_set_compute_bf16(FmModel *m, bool on);
+
+/* Forward only, then the full-vocabulary logits of n_rows positions into
+ * logits_out (host, n_rows x V, row-major). rows[i] indexes the flattened
+ * (B, T) positions (b*T + t); rows NULL means all B*T positions in order. For
+ * generation pass the last position of each sequence. */
+void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, int64_t n_rows, float *logits_out);
+
+/* Residual-stream variance after each block of the last forward (&log
+ * act_stats): var_per_layer[l] = mean(x^2) - mean(x)^2 over the B*T*C values
+ * of block l's output, summed in double. Returns L. */
+int fm_model_act_stats(FmModel *m, double *var_per_layer);
+
+/* Accessors. Parameter and gradient arenas are backend memory laid out by the
+ * parameter table; fm_model_param/grad give one tensor by canonical name
+ * (NULL when the model has none, e.g. "lm_head" when tied). */
+const FmTensorTable *fm_model_params(const FmModel *m);
+const FmTensorTable *fm_model_act_table(const FmModel *m);
+const FmModelDims *fm_model_get_dims(const FmModel *m);
+const FmBackend *fm_model_backend(const FmModel *m);
+float *fm_model_param_arena(FmModel *m);
+float *fm_model_grad_arena(FmModel *m);
+float *fm_model_param(FmModel *m, const char *name);
+float *fm_model_grad(FmModel *m, const char *name);
+int64_t fm_model_batch(const FmModel *m); /* b */
 
 #endif

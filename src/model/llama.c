@@ -1,33 +1,42 @@
 /* llama.c: Llama 2/3 (RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, no
  * biases, tied or untied output projection). This file owns the Llama
- * parameter table, activation count and FLOPs; the forward/backward pass will
- * live here too. Linear weights are stored (out, in), row-major, with the
- * Hugging Face q_proj/k_proj/... row order. */
-#include "fmhpc/model.h"
+ * parameter and activation tables, activation count, FLOPs, and the forward
+ * and backward pass (as HF LlamaForCausalLM, with a document mask). Linear
+ * weights are stored (out, in), row-major, with the Hugging Face
+ * q_proj/k_proj/... row order (RoPE in HF's rotate_half layout). The output
+ * projection + cross-entropy is shared with gpt2.c (model_run.c). */
+#include "model_internal.h"
 
-/*   X(name, present, flags, tp, per_layer, d0, d1) as in gpt2.c. */
-#define LLAMA_PARAMS(X)                                                                          \
-  X("wte", 1, FM_TF_EMBED, FM_TP_VOCAB, 0, V, C)                   /* (V, C) */                 \
-  X("h.attn_norm.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 1, C, 0) /* (L, C) */              \
-  X("h.attn.wq", 1, FM_TF_MATRIX, FM_TP_COL, 1, NH * HS, C)        /* (L, NH*HS, C) */          \
-  X("h.attn.wk", 1, FM_TF_MATRIX, FM_TP_COL, 1, NKV * HS, C)       /* (L, NKV*HS, C) */         \
-  X("h.attn.wv", 1, FM_TF_MATRIX, FM_TP_COL, 1, NKV * HS, C)       /* (L, NKV*HS, C) */         \
-  X("h.attn.wo", 1, FM_TF_MATRIX | FM_TF_RESIDUAL, FM_TP_ROW, 1, C, NH * HS) /* (L, C, NH*HS) */ \
-  X("h.mlp_norm.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 1, C, 0)                            \
-  X("h.mlp.w_gate", 1, FM_TF_MATRIX, FM_TP_COL, 1, F, C)           /* (L, F, C) */              \
-  X("h.mlp.w_up", 1, FM_TF_MATRIX, FM_TP_COL, 1, F, C)             /* (L, F, C) */              \
-  X("h.mlp.w_down", 1, FM_TF_MATRIX | FM_TF_RESIDUAL, FM_TP_ROW, 1, C, F) /* (L, C, F) */       \
-  X("norm.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 0, C, 0)                                  \
-  X("lm_head", !tied, FM_TF_MATRIX, FM_TP_VOCAB, 0, V, C)          /* (V, C), untied only */
+/*   X(id, name, present, flags, tp, per_layer, d0, d1) as in gpt2.c. */
+#define LLAMA_PARAMS(X)                                                                               \
+  X(WTE, "wte", 1, FM_TF_EMBED, FM_TP_VOCAB, 0, V, C)                            /* (V, C) */         \
+  X(ATTN_NORM, "h.attn_norm.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 1, C, 0) /* (L, C) */         \
+  X(WQ, "h.attn.wq", 1, FM_TF_MATRIX, FM_TP_COL, 1, NH *HS, C)                   /* (L, NH*HS, C) */  \
+  X(WK, "h.attn.wk", 1, FM_TF_MATRIX, FM_TP_COL, 1, NKV *HS, C)                  /* (L, NKV*HS, C) */ \
+  X(WV, "h.attn.wv", 1, FM_TF_MATRIX, FM_TP_COL, 1, NKV *HS, C)                  /* (L, NKV*HS, C) */ \
+  X(WO, "h.attn.wo", 1, FM_TF_MATRIX | FM_TF_RESIDUAL, FM_TP_ROW, 1, C, NH * HS) /* (L, C, NH*HS) */  \
+  X(MLP_NORM, "h.mlp_norm.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 1, C, 0)                        \
+  X(W_GATE, "h.mlp.w_gate", 1, FM_TF_MATRIX, FM_TP_COL, 1, F, C)                  /* (L, F, C) */     \
+  X(W_UP, "h.mlp.w_up", 1, FM_TF_MATRIX, FM_TP_COL, 1, F, C)                      /* (L, F, C) */     \
+  X(W_DOWN, "h.mlp.w_down", 1, FM_TF_MATRIX | FM_TF_RESIDUAL, FM_TP_ROW, 1, C, F) /* (L, C, F) */     \
+  X(NORM, "norm.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 0, C, 0)                                  \
+  X(LM_HEAD, "lm_head", !tied, FM_TF_MATRIX, FM_TP_VOCAB, 0, V, C) /* (V, C), untied only */
 
 static void llama_params(FmTensorTable *tab, const FmModelDims *d) {
   const int64_t C = d->C, V = d->V, F = d->F, NH = d->NH, NKV = d->NKV, HS = d->HS;
   const bool tied = d->tied;
-#define X(name, present, flags, tp, per_layer, d0, d1) \
+#define X(id, name, present, flags, tp, per_layer, d0, d1) \
   if (present) fm__model_add_param(tab, name, flags, tp, per_layer, d->L, d0, d1);
   LLAMA_PARAMS(X)
 #undef X
 }
+
+/* Parameter ids: index in the table (lm_head, absent when tied, is last). */
+enum {
+#define X(id, ...) id,
+  LLAMA_PARAMS(X)
+#undef X
+};
 
 /* Llama's FFN width when the deck gives none: 2/3 of 4C rounded up to a
  * multiple of 256 (the reference implementation's multiple_of). */
@@ -54,8 +63,8 @@ static int llama_dims(FmModelDims *d, const FmDeck *deck, FILE *err) {
 static int64_t llama_act_elems(const FmModelDims *d, int64_t b, bool recompute) {
   const int64_t BT = b * d->T, C = d->C, F = d->F;
   const int64_t q = d->NH * d->HS, kv = d->NKV * d->HS;
-  const int64_t per_layer = BT * (C + 1) + BT * (q + 2 * kv) + BT * q + b * d->NH * d->T + BT * C +
-                            BT * (C + 1) + 3 * BT * F + BT * C;
+  const int64_t per_layer =
+      BT * (C + 1) + BT * (q + 2 * kv) + BT * q + b * d->NH * d->T + BT * C + BT * (C + 1) + 3 * BT * F + BT * C;
   const int64_t chunk = d->V < 8192 ? d->V : 8192;
   const int64_t outside = BT * C + BT * (C + 1) + BT + BT * chunk;
   if (recompute) return d->L * BT * C + per_layer + outside;
@@ -71,6 +80,177 @@ static double llama_train_flops(const FmModelDims *d) {
   return 6.0 * matmul_params + 12.0 * L * q * (double)d->T;
 }
 
+/* ---- activations ------------------------------------------------------------ */
+
+/* The activation table of a micro-batch (kinds in model_internal.h):
+ *   X(id, kind, elems)   with Q = NH*HS, KV = NKV*HS */
+/* clang-format off */
+#define LLAMA_ACTS(X)                                                                           \
+  X(res, FM_ACT_RESID, BT * C)           /* (L+1, B, T, C) residual stream */                 \
+  X(ln1, FM_ACT_LAYER, BT * C)           /* (B, T, C) attention RMSNorm out */                \
+  X(ln1_rstd, FM_ACT_LAYER, BT)          /* (B, T) */                                         \
+  X(q, FM_ACT_LAYER, BT * Q)             /* (B, T, NH*HS) after RoPE */                       \
+  X(k, FM_ACT_LAYER, BT * KV)            /* (B, T, NKV*HS) after RoPE */                      \
+  X(v, FM_ACT_LAYER, BT * KV)            /* (B, T, NKV*HS) */                                 \
+  X(atty, FM_ACT_LAYER, BT * Q)          /* (B, T, NH*HS) attention output */                 \
+  X(lse, FM_ACT_LAYER, B * NH * T)       /* (B, NH, T) softmax log-sum-exp */                 \
+  X(res_att, FM_ACT_LAYER, BT * C)       /* (B, T, C) residual after attention */             \
+  X(ln2, FM_ACT_LAYER, BT * C)           /* (B, T, C) MLP RMSNorm out */                      \
+  X(ln2_rstd, FM_ACT_LAYER, BT)          /* (B, T) */                                         \
+  X(gate, FM_ACT_LAYER, BT * F)          /* (B, T, F) */                                      \
+  X(up, FM_ACT_LAYER, BT * F)            /* (B, T, F) */                                      \
+  X(swi, FM_ACT_LAYER, BT * F)           /* (B, T, F) silu(gate) * up */                      \
+  X(final, FM_ACT_ONCE, BT * C)          /* (B, T, C) final RMSNorm out */                    \
+  X(norm_rstd, FM_ACT_ONCE, BT)          /* (B, T) */                                         \
+  X(dfinal, FM_ACT_GRAD, BT * C)         /* (B, T, C) */                                      \
+  X(dres, FM_ACT_GRAD, BT * C)           /* (B, T, C) gradient of the residual stream */      \
+  X(dln, FM_ACT_GRAD, BT * C)            /* (B, T, C) gradient of a norm's output */          \
+  X(datty, FM_ACT_GRAD, BT * Q)          /* (B, T, NH*HS) */                                  \
+  X(dq, FM_ACT_GRAD, BT * Q)             /* (B, T, NH*HS) */                                  \
+  X(dk, FM_ACT_GRAD, BT * KV)            /* (B, T, NKV*HS) */                                 \
+  X(dv, FM_ACT_GRAD, BT * KV)            /* (B, T, NKV*HS) */                                 \
+  X(dgate, FM_ACT_GRAD, BT * F)          /* (B, T, F) */                                      \
+  X(dup, FM_ACT_GRAD, BT * F)            /* (B, T, F) */
+/* clang-format on */
+
+static void llama_acts(FmTensorTable *tab, const FmModelDims *d, int64_t B, bool recompute) {
+  const int64_t T = d->T, BT = B * d->T, C = d->C, F = d->F, NH = d->NH;
+  const int64_t Q = d->NH * d->HS, KV = d->NKV * d->HS;
+#define X(id, kind, elems) fm__model_add_act(tab, #id, kind, d, recompute, elems);
+  LLAMA_ACTS(X)
+#undef X
+}
+
+enum {
+#define X(id, kind, elems) A_##id,
+  LLAMA_ACTS(X)
+#undef X
+};
+
+/* One block's weights (or weight gradients) and activations. */
+typedef struct LlamaBlock {
+  float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+} LlamaBlock;
+
+static LlamaBlock llama_block(const FmModel *m, float *arena, int64_t l) {
+  return (LlamaBlock){fm__par(m, arena, ATTN_NORM, l), fm__par(m, arena, WQ, l),   fm__par(m, arena, WK, l),
+                      fm__par(m, arena, WV, l),        fm__par(m, arena, WO, l),   fm__par(m, arena, MLP_NORM, l),
+                      fm__par(m, arena, W_GATE, l),    fm__par(m, arena, W_UP, l), fm__par(m, arena, W_DOWN, l)};
+}
+
+typedef struct LlamaActs {
+  float *in, *ln1, *ln1_rstd, *q, *k, *v, *atty, *lse, *res_att, *ln2, *ln2_rstd, *gate, *up, *swi, *out;
+} LlamaActs;
+
+static LlamaActs llama_block_acts(const FmModel *m, int64_t l) {
+  return (LlamaActs){fm__act(m, A_res, l),     fm__act(m, A_ln1, l), fm__act(m, A_ln1_rstd, l), fm__act(m, A_q, l),
+                     fm__act(m, A_k, l),       fm__act(m, A_v, l),   fm__act(m, A_atty, l),     fm__act(m, A_lse, l),
+                     fm__act(m, A_res_att, l), fm__act(m, A_ln2, l), fm__act(m, A_ln2_rstd, l), fm__act(m, A_gate, l),
+                     fm__act(m, A_up, l),      fm__act(m, A_swi, l), fm__act(m, A_res, l + 1)};
+}
+
+/* ---- forward ------------------------------------------------------------------ */
+
+/* Block l: x + attn(rmsnorm(x)), then + mlp(rmsnorm(.)), as HF LlamaDecoderLayer. */
+static void llama_block_fwd(FmModel *m, int64_t l) {
+  const FmBackend *be = m->be;
+  const FmModelDims *d = &m->d;
+  const int64_t B = m->B, T = d->T, N = B * T, C = d->C, F = d->F, NH = d->NH, NKV = d->NKV, HS = d->HS;
+  const int64_t Q = NH * HS, KV = NKV * HS;
+  const float eps = (float)d->norm_eps, theta = (float)d->rope_theta;
+  const int32_t *seg = m->seg_on ? m->seg : NULL;
+  const LlamaBlock w = llama_block(m, m->param, l);
+  const LlamaActs a = llama_block_acts(m, l);
+  be->rmsnorm_fwd(a.ln1, a.ln1_rstd, a.in, w.attn_norm, N, C, eps);
+  be->matmul_fwd(a.q, a.ln1, w.wq, NULL, N, C, Q);
+  be->matmul_fwd(a.k, a.ln1, w.wk, NULL, N, C, KV);
+  be->matmul_fwd(a.v, a.ln1, w.wv, NULL, N, C, KV);
+  fm__round_act(m, a.v, N * KV);
+  be->rope_fwd(a.q, m->pos, N, Q, NH, HS, theta);
+  be->rope_fwd(a.k, m->pos, N, KV, NKV, HS, theta);
+  fm__round_act(m, a.q, N * Q); /* once after RoPE: autocast keeps q, k in bf16 there */
+  fm__round_act(m, a.k, N * KV);
+  be->attention_fwd(a.atty, a.lse, a.q, a.k, a.v, Q, KV, seg, B, T, NH, NKV, HS);
+  fm__round_act(m, a.atty, N * Q);
+  be->matmul_fwd(a.res_att, a.atty, w.wo, NULL, N, Q, C);
+  fm__round_act(m, a.res_att, N * C);
+  be->add(a.res_att, a.in, a.res_att, N * C);
+  be->rmsnorm_fwd(a.ln2, a.ln2_rstd, a.res_att, w.mlp_norm, N, C, eps);
+  be->matmul_fwd(a.gate, a.ln2, w.w_gate, NULL, N, C, F);
+  be->matmul_fwd(a.up, a.ln2, w.w_up, NULL, N, C, F);
+  fm__round_act(m, a.gate, N * F);
+  fm__round_act(m, a.up, N * F);
+  be->swiglu_fwd(a.swi, a.gate, a.up, N * F);
+  fm__round_act(m, a.swi, N * F);
+  be->matmul_fwd(a.out, a.swi, w.w_down, NULL, N, F, C);
+  fm__round_act(m, a.out, N * C);
+  be->add(a.out, a.res_att, a.out, N * C);
+}
+
+static void llama_forward(FmModel *m) {
+  const FmBackend *be = m->be;
+  const int64_t N = m->B * m->d.T, C = m->d.C, L = m->d.L;
+  be->embedding_fwd(fm__act(m, A_res, 0), m->tokens, fm__par(m, m->param, WTE, -1), m->pos, NULL, N, C);
+  for (int64_t l = 0; l < L; l++) llama_block_fwd(m, l);
+  be->rmsnorm_fwd(m->final, fm__act(m, A_norm_rstd, 0), fm__act(m, A_res, L), fm__par(m, m->param, NORM, -1), N, C,
+                  (float)m->d.norm_eps);
+}
+
+/* ---- backward ----------------------------------------------------------------- */
+
+/* Block l in reverse. On entry dres = d(block output); on exit d(block input).
+ * Weight gradients accumulate; scratch outputs are zeroed first because every
+ * backward op accumulates into its dinp. */
+static void llama_block_bwd(FmModel *m, int64_t l) {
+  const FmBackend *be = m->be;
+  const FmModelDims *d = &m->d;
+  const int64_t B = m->B, T = d->T, N = B * T, C = d->C, F = d->F, NH = d->NH, NKV = d->NKV, HS = d->HS;
+  const int64_t Q = NH * HS, KV = NKV * HS, f4 = (int64_t)sizeof(float);
+  const float theta = (float)d->rope_theta;
+  const int32_t *seg = m->seg_on ? m->seg : NULL;
+  const LlamaBlock w = llama_block(m, m->param, l), g = llama_block(m, m->grad, l);
+  const LlamaActs a = llama_block_acts(m, l);
+  float *dres = fm__act(m, A_dres, 0), *dln = fm__act(m, A_dln, 0), *datty = fm__act(m, A_datty, 0);
+  float *dq = fm__act(m, A_dq, 0), *dk = fm__act(m, A_dk, 0), *dv = fm__act(m, A_dv, 0);
+  float *dgate = fm__act(m, A_dgate, 0), *dup = fm__act(m, A_dup, 0);
+  /* MLP: out = res_att + w_down(silu(w_gate ln2) * w_up ln2) */
+  be->memset(dgate, 0, N * F * f4);
+  be->matmul_bwd(dgate, g.w_down, NULL, dres, a.swi, w.w_down, N, F, C); /* d(swi), in dgate */
+  be->swiglu_bwd(dgate, dup, dgate, a.gate, a.up, N * F);                /* in place: allowed */
+  be->memset(dln, 0, N * C * f4);
+  be->matmul_bwd(dln, g.w_gate, NULL, dgate, a.ln2, w.w_gate, N, C, F);
+  be->matmul_bwd(dln, g.w_up, NULL, dup, a.ln2, w.w_up, N, C, F);
+  be->rmsnorm_bwd(dres, g.mlp_norm, dln, a.res_att, w.mlp_norm, a.ln2_rstd, N, C);
+  /* attention: res_att = in + wo attn(rope(wq x), rope(wk x), wv x), x = ln1(in) */
+  be->memset(datty, 0, N * Q * f4);
+  be->matmul_bwd(datty, g.wo, NULL, dres, a.atty, w.wo, N, Q, C);
+  be->memset(dq, 0, N * Q * f4);
+  be->memset(dk, 0, N * KV * f4);
+  be->memset(dv, 0, N * KV * f4);
+  be->attention_bwd(dq, dk, dv, datty, a.atty, a.lse, a.q, a.k, a.v, Q, KV, seg, B, T, NH, NKV, HS);
+  be->rope_bwd(dq, m->pos, N, Q, NH, HS, theta);
+  be->rope_bwd(dk, m->pos, N, KV, NKV, HS, theta);
+  be->memset(dln, 0, N * C * f4);
+  be->matmul_bwd(dln, g.wq, NULL, dq, a.ln1, w.wq, N, C, Q);
+  be->matmul_bwd(dln, g.wk, NULL, dk, a.ln1, w.wk, N, C, KV);
+  be->matmul_bwd(dln, g.wv, NULL, dv, a.ln1, w.wv, N, C, KV);
+  be->rmsnorm_bwd(dres, g.attn_norm, dln, a.in, w.attn_norm, a.ln1_rstd, N, C);
+}
+
+static void llama_backward(FmModel *m) {
+  const FmBackend *be = m->be;
+  const int64_t N = m->B * m->d.T, C = m->d.C, L = m->d.L;
+  float *dres = fm__act(m, A_dres, 0);
+  be->memset(dres, 0, N * C * (int64_t)sizeof(float));
+  be->rmsnorm_bwd(dres, fm__par(m, m->grad, NORM, -1), m->dfinal, fm__act(m, A_res, L), fm__par(m, m->param, NORM, -1),
+                  fm__act(m, A_norm_rstd, 0), N, C);
+  for (int64_t l = L - 1; l >= 0; l--) {
+    if (m->recompute) llama_block_fwd(m, l); /* refill the one shared block buffer from the kept input */
+    llama_block_bwd(m, l);
+  }
+  be->embedding_bwd(fm__par(m, m->grad, WTE, -1), NULL, dres, m->tokens, m->pos, N, C, m->d.V);
+}
+
 const FmModelKind fm_model_llama = {
     .name = "llama",
     .desc = "Llama 2/3: RMSNorm, RoPE, GQA, SwiGLU",
@@ -78,4 +258,7 @@ const FmModelKind fm_model_llama = {
     .params = llama_params,
     .act_elems = llama_act_elems,
     .train_flops_per_token = llama_train_flops,
+    .acts = llama_acts,
+    .forward = llama_forward,
+    .backward = llama_backward,
 };

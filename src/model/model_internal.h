@@ -1,0 +1,71 @@
+/* model_internal.h: what model.c shares with the model files (gpt2.c,
+ * llama.c) and nothing else sees: the FmModel struct, how activation tensors
+ * map to layers, and the pointer helpers the forward/backward code uses.
+ *
+ * Activation tables: every activation tensor is 2-D (copies, elems) with
+ * copies chosen by its kind:
+ *   FM_ACT_RESID  L + 1 copies: the residual stream, [0] = embeddings and
+ *                 [l + 1] = block l's output (kept with or without recompute);
+ *   FM_ACT_LAYER  what block l keeps for its backward: L copies, or 1 copy
+ *                 shared by every block with recompute (the backward then
+ *                 recomputes block l into it first);
+ *   FM_ACT_ONCE   outside the blocks (final norm), one copy;
+ *   FM_ACT_GRAD   backward scratch (activation gradients), one copy.
+ * Each model names its final hidden state "final" and its gradient "dfinal":
+ * model.c runs the output projection + cross-entropy between them. */
+#ifndef FMHPC_MODEL_INTERNAL_H
+#define FMHPC_MODEL_INTERNAL_H
+
+#include "fmhpc/model.h"
+
+typedef enum { FM_ACT_RESID, FM_ACT_LAYER, FM_ACT_ONCE, FM_ACT_GRAD } FmActKind;
+
+struct FmModel {
+  const FmModelKind *kind;
+  FmModelDims d;
+  const FmBackend *be;
+  int64_t B; /* micro-batch: sequences */
+  bool recompute;
+  bool bf16; /* emulate bf16 compute: see fm__round_act */
+  FmTensorTable params, acts;
+  float *param, *grad; /* backend: params.numel each */
+  float *act;          /* backend: acts.numel */
+  float *xent_scratch; /* backend */
+  int64_t xent_scratch_elems;
+  float *w_out, *dw_out; /* output projection: lm_head, or wte when tied */
+  float *final, *dfinal; /* (B, T, C) final hidden state and its gradient */
+  /* The micro-batch on the backend, (B, T) each. seg_on says whether the
+   * current batch has segment ids (seg is passed as NULL otherwise). */
+  int32_t *tokens, *targets, *pos, *seg;
+  float *weight;
+  bool seg_on;
+  float *host_stage;           /* host, B*T*C floats: act stats when the backend is not host memory */
+  float *rows_x, *rows_logits; /* backend: logits of up to B rows at a time */
+};
+
+/* One activation tensor of the table; kind picks its copies (see above). */
+void fm__model_add_act(FmTensorTable *tab, const char *name, FmActKind kind, const FmModelDims *d, bool recompute,
+                       int64_t elems);
+
+/* Activation `id` (its index in the model's activation list) for block l. */
+static inline float *fm__act(const FmModel *m, int id, int64_t l) {
+  const FmTensor *t = &m->acts.t[id];
+  return m->act + t->offset + (t->shape[0] > 1 ? l * t->shape[1] : 0);
+}
+
+/* Parameter `id` of block l (l < 0 for a tensor outside the blocks) in an
+ * arena laid out by the parameter table: params or grads. */
+static inline float *fm__par(const FmModel *m, float *arena, int id, int64_t l) {
+  const FmTensor *t = &m->params.t[id];
+  return arena + t->offset + (l >= 0 ? l * (t->numel / t->shape[0]) : 0);
+}
+
+/* bf16 compute (fm_model_set_compute_bf16) as torch.autocast does it: the
+ * outputs of matmuls, attention, RoPE, GELU and SwiGLU are bf16 tensors, while
+ * the residual stream, norms' outputs and statistics, the softmax's lse and
+ * every gradient stay fp32. The backend rounds GEMM operands itself. */
+static inline void fm__round_act(const FmModel *m, float *x, int64_t n) {
+  if (m->bf16) m->be->round_bf16(x, n);
+}
+
+#endif

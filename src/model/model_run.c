@@ -1,0 +1,217 @@
+/* model_run.c: the model-independent half of FmModel: arenas sized at
+ * create time, the batch upload, the output projection +
+ * cross-entropy between a model's final hidden state and its backward,
+ * logits, and activation statistics. Model-specific forward and backward live
+ * in gpt2.c and llama.c; the registry and dims rules in model.c; weight init
+ * in init.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_internal.h"
+
+/* ---- FmModel ---------------------------------------------------------------- */
+
+/* The model ops a model needs from its backend. */
+#define FM_MODEL_OPS(X)                                                                                              \
+  X(alloc)                                                                                                           \
+  X(free)                                                                                                            \
+  X(memset)                                                                                                          \
+  X(copy_to_device) X(copy_to_host) X(copy) X(gelu_fwd) X(gelu_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(matmul_fwd) \
+      X(matmul_bwd) X(layernorm_fwd) X(layernorm_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd)          \
+          X(attention_fwd) X(attention_bwd) X(xent_fwd_bwd) X(embedding_fwd) X(embedding_bwd) X(round_bf16)
+
+static int check_backend(const FmBackend *be, FILE *err) {
+  int rc = 0;
+#define X(op)                                                                                            \
+  if (!be->op) {                                                                                         \
+    if (err) fprintf(err, "error: the %s backend has no %s op: it cannot run a model\n", be->name, #op); \
+    rc = FM_EINVAL;                                                                                      \
+  }
+  FM_MODEL_OPS(X)
+#undef X
+  return rc;
+}
+
+/* The cross-entropy op's scratch. The op table has no size query yet; the
+ * contract (backend.h) sizes it with fm_cpu_xent_scratch, which is a pure
+ * function of (N, V), not an op, so it serves every backend until the table
+ * grows one. */
+static int64_t xent_scratch_elems(int64_t N, int64_t V) { return fm_cpu_xent_scratch(N, V); }
+
+static double mib(int64_t elems, size_t bytes) { return (double)elems * (double)bytes / 1048576.0; }
+
+static float *act_named(FmModel *m, const char *name) {
+  const FmTensor *t = fm_table_find(&m->acts, name);
+  if (t) return m->act + t->offset;
+  fm_abort_one(1, "model %s: no activation \"%s\" in its table", m->kind->name, name);
+}
+
+int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                    bool recompute, FILE *err) {
+  *out = NULL;
+  if (b < 1 || d->T < 1) {
+    if (err)
+      fprintf(err, "error: model micro-batch b = %lld, T = %lld: both must be >= 1\n", (long long)b, (long long)d->T);
+    return FM_EINVAL;
+  }
+  int rc = check_backend(be, err);
+  if (rc) return rc;
+  FmModel *m = fm_xmalloc(sizeof *m);
+  memset(m, 0, sizeof *m);
+  m->kind = k;
+  m->d = *d;
+  m->be = be;
+  m->B = b;
+  m->recompute = recompute;
+  fm_model_param_table(&m->params, k, d);
+  fm_table_init(&m->acts);
+  k->acts(&m->acts, d, b, recompute);
+
+  const int64_t N = b * d->T, C = d->C, V = d->V;
+  m->param = be->alloc(m->params.numel * (int64_t)sizeof(float));
+  m->grad = be->alloc(m->params.numel * (int64_t)sizeof(float));
+  m->act = be->alloc(m->acts.numel * (int64_t)sizeof(float));
+  m->xent_scratch_elems = xent_scratch_elems(N, V);
+  /* The micro-batch: token ids, targets, positions, segments; then the
+   * token weights, the rows for logits and the cross-entropy scratch. */
+  m->tokens = be->alloc(4 * N * (int64_t)sizeof(int32_t));
+  m->targets = m->tokens + N;
+  m->pos = m->tokens + 2 * N;
+  m->seg = m->tokens + 3 * N;
+  const int64_t extra = N + b * C + b * V + m->xent_scratch_elems;
+  m->weight = be->alloc(extra * (int64_t)sizeof(float));
+  m->rows_x = m->weight + N;
+  m->rows_logits = m->rows_x + b * C;
+  m->xent_scratch = m->rows_logits + b * V;
+  be->memset(m->act, 0, m->acts.numel * (int64_t)sizeof(float));
+  be->memset(m->tokens, 0, 4 * N * (int64_t)sizeof(int32_t));
+  be->memset(m->weight, 0, extra * (int64_t)sizeof(float));
+  fm_model_zero_grad(m);
+  if (!be->host_accessible) m->host_stage = fm_xmalloc((size_t)(N * C) * sizeof(float));
+
+  m->w_out = fm_model_param(m, d->tied ? "wte" : "lm_head");
+  m->dw_out = fm_model_grad(m, d->tied ? "wte" : "lm_head");
+  if (!m->w_out) fm_abort_one(1, "model %s: no output projection in its parameter table", k->name);
+  m->final = act_named(m, "final");
+  m->dfinal = act_named(m, "dfinal");
+
+  int64_t kept = 0, scratch = 0;
+  for (int i = 0; i < m->acts.n; i++) {
+    if (m->acts.t[i].flags == FM_ACT_GRAD)
+      scratch += m->acts.t[i].numel;
+    else
+      kept += m->acts.t[i].numel;
+  }
+  fm_log0(
+      "model %s on %s: parameters %lld (%.1f MiB), gradients %.1f MiB, activations %.1f MiB "
+      "(b = %lld, T = %lld, recompute %s), backward scratch %.1f MiB, batch + logits + cross-entropy "
+      "scratch %.1f MiB\n",
+      k->name, be->name, (long long)m->params.numel, mib(m->params.numel, 4), mib(m->params.numel, 4), mib(kept, 4),
+      (long long)b, (long long)d->T, recompute ? "on" : "off", mib(scratch, 4), mib(extra + 4 * N, 4));
+  *out = m;
+  return FM_OK;
+}
+
+void fm_model_free(FmModel *m) {
+  if (!m) return;
+  m->be->free(m->param);
+  m->be->free(m->grad);
+  m->be->free(m->act);
+  m->be->free(m->tokens);
+  m->be->free(m->weight);
+  free(m->host_stage);
+  fm_table_free(&m->params);
+  fm_table_free(&m->acts);
+  free(m);
+}
+
+void fm_model_set_compute_bf16(FmModel *m, bool on) {
+  m->bf16 = on;
+  if (m->be->set_compute_bf16) m->be->set_compute_bf16(on ? 1 : 0);
+}
+
+void fm_model_zero_grad(FmModel *m) { m->be->memset(m->grad, 0, m->params.numel * (int64_t)sizeof(float)); }
+
+/* ---- forward / backward ---------------------------------------------------------- */
+
+static void load_batch(FmModel *m, const FmModelInput *in, const float *token_weight) {
+  const FmBackend *be = m->be;
+  const int64_t bytes = m->B * m->d.T * 4;
+  be->copy_to_device(m->tokens, in->tokens, bytes);
+  be->copy_to_device(m->pos, in->pos, bytes);
+  if (in->targets) be->copy_to_device(m->targets, in->targets, bytes);
+  if (token_weight) be->copy_to_device(m->weight, token_weight, bytes);
+  m->seg_on = in->seg != NULL;
+  if (in->seg) be->copy_to_device(m->seg, in->seg, bytes);
+}
+
+double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward) {
+  const FmBackend *be = m->be;
+  const int64_t N = m->B * m->d.T, C = m->d.C;
+  load_batch(m, in, token_weight);
+  m->kind->forward(m);
+  if (backward) be->memset(m->dfinal, 0, N * C * (int64_t)sizeof(float));
+  /* logits = final @ w_out^T and the weighted cross-entropy, in vocab chunks */
+  const double loss = be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out,
+                                       m->targets, m->weight, N, C, m->d.V, m->xent_scratch);
+  if (backward) m->kind->backward(m);
+  return loss;
+}
+
+void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, int64_t n_rows, float *logits_out) {
+  const FmBackend *be = m->be;
+  const int64_t C = m->d.C, V = m->d.V, N = m->B * m->d.T;
+  load_batch(m, in, NULL);
+  m->kind->forward(m);
+  if (!rows) n_rows = N;
+  for (int64_t i = 0; i < n_rows; i += m->B) { /* B rows at a time: the buffer made at create */
+    const int64_t n = n_rows - i < m->B ? n_rows - i : m->B;
+    for (int64_t j = 0; j < n; j++) {
+      const int64_t r = rows ? rows[i + j] : i + j;
+      if (r < 0 || r >= N) fm_abort_one(1, "fm_model_logits: row %lld outside [0, %lld)", (long long)r, (long long)N);
+      be->copy(m->rows_x + j * C, m->final + r * C, C * (int64_t)sizeof(float));
+    }
+    be->matmul_fwd(m->rows_logits, m->rows_x, m->w_out, NULL, n, C, V);
+    be->copy_to_host(logits_out + i * V, m->rows_logits, n * V * (int64_t)sizeof(float));
+  }
+}
+
+int fm_model_act_stats(FmModel *m, double *var_per_layer) {
+  const float *res = act_named(m, "res"); /* (L+1, B, T, C) */
+  const int64_t n = m->B * m->d.T * m->d.C;
+  for (int64_t l = 0; l < m->d.L; l++) {
+    const float *x = res + (l + 1) * n; /* block l's output */
+    if (!m->be->host_accessible) {
+      m->be->copy_to_host(m->host_stage, x, n * (int64_t)sizeof(float));
+      x = m->host_stage;
+    }
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < n; i++) {
+      s += x[i];
+      s2 += (double)x[i] * x[i];
+    }
+    const double mean = s / (double)n;
+    var_per_layer[l] = s2 / (double)n - mean * mean;
+  }
+  return (int)m->d.L;
+}
+
+/* ---- accessors ------------------------------------------------------------------- */
+
+const FmTensorTable *fm_model_params(const FmModel *m) { return &m->params; }
+const FmTensorTable *fm_model_act_table(const FmModel *m) { return &m->acts; }
+const FmModelDims *fm_model_get_dims(const FmModel *m) { return &m->d; }
+const FmBackend *fm_model_backend(const FmModel *m) { return m->be; }
+float *fm_model_param_arena(FmModel *m) { return m->param; }
+float *fm_model_grad_arena(FmModel *m) { return m->grad; }
+int64_t fm_model_batch(const FmModel *m) { return m->B; }
+
+float *fm_model_param(FmModel *m, const char *name) {
+  const FmTensor *t = fm_table_find(&m->params, name);
+  return t ? m->param + t->offset : NULL;
+}
+
+float *fm_model_grad(FmModel *m, const char *name) {
+  const FmTensor *t = fm_table_find(&m->params, name);
+  return t ? m->grad + t->offset : NULL;
+}

@@ -1,0 +1,19 @@
+# tests/model: the model's forward and backward against references written
+# outside fmhpc. model_dump (one forward + backward of a tiny GPT-2 or Llama)
+# feeds ref_models.py, a torch.nn transcription of the HF modeling files run
+# in float32 (parity) and float64 (fmhpc's whole error), both within 1e-5.
+# Exit 77 (skipped) where torch is missing. The FM_TEST cases (gradients vs
+# finite differences, bitwise promises, init) are tests/unit/test_model_fwd_bwd.c.
+set(FMHPC_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch for reference tests")
+add_executable(model_dump ${CMAKE_CURRENT_LIST_DIR}/model_dump.c)
+target_link_libraries(model_dump PRIVATE fmhpc_lib)
+target_compile_options(model_dump PRIVATE ${FMHPC_C_FLAGS})
+foreach(cfg "gpt2;1" "gpt2;0" "llama;0" "llama;1")
+  list(GET cfg 0 arch)
+  list(GET cfg 1 tied)
+  add_test(NAME model.torch_parity.${arch}_tied${tied}
+           COMMAND ${FMHPC_TORCH_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/ref_models.py $<TARGET_FILE:model_dump>
+                   ${PROJECT_BINARY_DIR}/tests/model_ref ${arch} ${tied})
+  set_tests_properties(model.torch_parity.${arch}_tied${tied} PROPERTIES SKIP_RETURN_CODE 77 LABELS unit
+                       ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)
+endforeach()

@@ -34,7 +34,7 @@ function encodeSome(files) {
 }
 
 if (process.env.FM_REF_WORKER) { // a worker: encode the files it is sent
-  process.on('message', (files) => { process.send(encodeSome(files)); process.exit(0); });
+  process.on('message', (files) => { process.send(encodeSome(files), () => process.exit(0)); });
 } else {
   if (fs.existsSync(out) && fs.statSync(out).mtimeMs > fs.statSync(__filename).mtimeMs) {
     console.log(`gpt-3-encoder: reusing ${out}`);
@@ -58,7 +58,9 @@ if (process.env.FM_REF_WORKER) { // a worker: encode the files it is sent
         console.log(`gpt-3-encoder: ${files.length} documents -> ${out}`);
       }
     });
-    child.on('exit', (code) => { if (code) { console.error(`worker ${w} failed`); process.exit(1); } });
+    child.on('exit', (code) => {
+      if (code || results[w] === undefined) { console.error(`gpt-3-encoder worker ${w} failed`); process.exit(1); }
+    });
     child.send(part);
   });
 }

@@ -32,6 +32,11 @@ typedef struct FmPlan {
   double flops_per_token, flops_per_step;
 } FmPlan;
 
+/* task='train': the step loop over the data-parallel communicator (tp = 1).
+ * Rank 0 logs to `log`; returns 0 or the same FM_E* on every rank. */
+#include "fmhpc/runtime.h"
+int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log);
+
 /* Build the plan for world_size ranks; deck-rule errors go to err. */
 int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err);
 void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out);

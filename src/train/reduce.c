@@ -1,0 +1,209 @@
+/* reduce.c: exact (int64 fixed point) and fast (fp32) data-parallel gradient
+ * reduction onto ZeRO-1 shards, the parameter all-gather, and the global
+ * gradient norm. See reduce.h for the scheme and why it gives the same bits
+ * for any number of data-parallel ranks. */
+#include "fmhpc/reduce.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmhpc/optim.h"
+
+/* A block's largest gradient may grow 4096x between steps before the step is
+ * redone. Embedding rows make this necessary: which tokens a step holds
+ * changes a block's maximum by 10-100x (measured on the nano GPT-2 over
+ * linux-doc: 16x headroom redid 19 of 20 steps). The cost is 12 bits of the
+ * ~58 the accumulator has below a block's maximum. */
+enum { HEADROOM_BITS = 12, MAX_EXP = 120, MIN_EXP = -120 };
+
+int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) {
+  memset(g, 0, sizeof *g);
+  g->exact = exact;
+  g->P = dp->size;
+  g->r = dp->rank;
+  g->n = n;
+  g->M = M;
+  g->comm = dp;
+  g->lo = fm_xcalloc((size_t)g->P, sizeof *g->lo);
+  g->hi = fm_xcalloc((size_t)g->P, sizeof *g->hi);
+  for (int r = 0; r < g->P; r++) {
+    fm_zero_range(n, FM_CLIP_BLOCK, g->P, r, &g->lo[r], &g->hi[r]);
+    if (g->hi[r] - g->lo[r] > g->S) g->S = g->hi[r] - g->lo[r];
+  }
+  if (g->S == 0) g->S = 1;
+  g->nblocks = (n + FM_CLIP_BLOCK - 1) / FM_CLIP_BLOCK;
+  g->exp2 = fm_xcalloc((size_t)g->nblocks, sizeof *g->exp2);
+  g->amax = fm_xcalloc((size_t)g->nblocks, sizeof *g->amax);
+  g->amax_prev = fm_xcalloc((size_t)g->nblocks, sizeof *g->amax_prev);
+  /* Before any step: assume gradients of a mean loss stay below 1 (a larger
+   * one just costs one redo of the first step). */
+  for (int64_t b = 0; b < g->nblocks; b++) g->amax_prev[b] = 1.0f;
+  /* One micro-batch may add up to 2^62 / 2^ceil(log2 M): M of them fit. */
+  int lg = 0;
+  while (((int64_t)1 << lg) < M) lg++;
+  g->limit = (int64_t)1 << (62 - lg);
+  if (exact) {
+    g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
+    g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
+  } else {
+    g->sendf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->sendf);
+  }
+  g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
+  return 0;
+}
+
+void fm_reduce_free(FmReduce *g) {
+  free(g->lo);
+  free(g->hi);
+  free(g->exp2);
+  free(g->amax);
+  free(g->amax_prev);
+  free(g->acc);
+  free(g->acc_shard);
+  free(g->sendf);
+  free(g->shardf);
+  memset(g, 0, sizeof *g);
+}
+
+/* s such that amax * 16 * 2^s < limit: the largest power of two that keeps a
+ * value 16 times this block's previous maximum representable. */
+static int32_t block_exponent(float amax, int64_t limit) {
+  int e = 1; /* an all-zero block (unused rows): scale as for a maximum of 1 */
+  if (amax > 0.0f) frexp((double)amax, &e); /* amax < 2^e */
+  int lim_bits = 0;
+  while (((int64_t)1 << (lim_bits + 1)) <= limit) lim_bits++; /* limit = 2^lim_bits */
+  int s = lim_bits - e - HEADROOM_BITS;
+  if (s > MAX_EXP) s = MAX_EXP;
+  if (s < MIN_EXP) s = MIN_EXP;
+  return s;
+}
+
+void fm_reduce_begin(FmReduce *g) {
+  for (int64_t b = 0; b < g->nblocks; b++) {
+    g->exp2[b] = block_exponent(g->amax_prev[b], g->limit);
+    g->amax[b] = 0.0f;
+  }
+  if (g->exact) memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
+  g->overflow = 0;
+  g->nonfinite = 0;
+}
+
+/* Quantise and add elements [i0, i1) of one block (same scale) into dst,
+ * which holds element i0 at dst[0]. Returns the block's max |g|. */
+static float add_block(int64_t *dst, const float *src, int64_t count, int32_t s, int64_t limit, int32_t *overflow,
+                       int32_t *nonfinite) {
+  const double scale = ldexp(1.0, s);
+  const double lim = (double)limit;
+  float amax = 0.0f;
+  for (int64_t i = 0; i < count; i++) {
+    float v = src[i];
+    float a = fabsf(v);
+    if (!isfinite(v)) {
+      *nonfinite = 1;
+      continue;
+    }
+    if (a > amax) amax = a;
+    double q = nearbyint((double)v * scale); /* exact product: v has 24 bits, scale is 2^s */
+    if (fabs(q) > lim) {
+      *overflow = 1;
+      continue;
+    }
+    dst[i] += (int64_t)q;
+  }
+  return amax;
+}
+
+void fm_reduce_add(FmReduce *g, const float *grad) {
+  /* Walk rank shards (padded layout) block by block; shards start on block
+   * boundaries, so a block never straddles two shards. */
+  int32_t overflow = 0, nonfinite = 0;
+  for (int r = 0; r < g->P; r++) {
+    const int64_t lo = g->lo[r], hi = g->hi[r];
+    const int64_t b0 = lo / FM_CLIP_BLOCK, b1 = (hi + FM_CLIP_BLOCK - 1) / FM_CLIP_BLOCK;
+#pragma omp parallel for schedule(static) reduction(| : overflow, nonfinite)
+    for (int64_t b = b0; b < b1; b++) {
+      const int64_t i0 = b * FM_CLIP_BLOCK, i1 = i0 + FM_CLIP_BLOCK < hi ? i0 + FM_CLIP_BLOCK : hi;
+      int32_t of = 0, nf = 0;
+      float a = add_block(g->acc + (int64_t)r * g->S + (i0 - lo), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &nf);
+      if (a > g->amax[b]) g->amax[b] = a;
+      overflow |= of;
+      nonfinite |= nf;
+    }
+  }
+  g->overflow |= overflow;
+  g->nonfinite |= nonfinite;
+}
+
+int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite) {
+  const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
+  int32_t flags[2] = {g->overflow, g->nonfinite}, all[2];
+  if (!g->exact) {
+    /* The model summed micro-batches in fp32; count NaN/Inf on the way. */
+    int32_t nf = 0;
+    for (int r = 0; r < g->P; r++) {
+      const int64_t rlo = g->lo[r], rlen = g->hi[r] - rlo;
+      memcpy(g->sendf + (int64_t)r * g->S, grad + rlo, (size_t)rlen * sizeof(float));
+      if (rlen < g->S) memset(g->sendf + (int64_t)r * g->S + rlen, 0, (size_t)(g->S - rlen) * sizeof(float));
+    }
+    for (int64_t i = 0; i < g->n; i++) nf |= !isfinite(grad[i]);
+    flags[1] = nf;
+    FM_CHECK(fm_comm_allreduce(g->comm, flags, all, 2, FM_DT_I32, FM_OP_MAX));
+    FM_CHECK(fm_comm_reduce_scatter(g->comm, g->sendf, g->shardf, g->S, FM_DT_F32, FM_OP_SUM));
+    memcpy(shard_out, g->shardf, (size_t)len * sizeof(float));
+    *nonfinite = all[1] != 0;
+    return 0;
+  }
+  FM_CHECK(fm_comm_allreduce(g->comm, flags, all, 2, FM_DT_I32, FM_OP_MAX));
+  /* The maxima of every rank's micro-batches: the next step's (or the
+   * redo's) scales. A max is the same whatever order ranks are combined. */
+  FM_CHECK(fm_comm_allreduce(g->comm, g->amax, g->amax_prev, g->nblocks, FM_DT_F32, FM_OP_MAX));
+  *nonfinite = all[1] != 0;
+  if (all[0]) {
+    g->redone++;
+    return 1;
+  }
+  FM_CHECK(fm_comm_reduce_scatter(g->comm, g->acc, g->acc_shard, g->S, FM_DT_I64, FM_OP_SUM));
+  for (int64_t i = 0; i < len; i++) {
+    const int64_t b = (lo + i) / FM_CLIP_BLOCK;
+    shard_out[i] = (float)ldexp((double)g->acc_shard[i], -g->exp2[b]);
+  }
+  return 0;
+}
+
+int fm_reduce_allgather(FmReduce *g, float *w) {
+  const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
+  float *send = g->exact ? (float *)g->acc_shard : g->sendf; /* reuse: at least S floats */
+  memcpy(send, w + lo, (size_t)len * sizeof(float));
+  if (len < g->S) memset(send + len, 0, (size_t)(g->S - len) * sizeof(float));
+  int rc = fm_comm_allgather(g->comm, send, g->shardf, g->S, FM_DT_F32);
+  if (rc) return rc;
+  for (int r = 0; r < g->P; r++)
+    memcpy(w + g->lo[r], g->shardf + (int64_t)r * g->S, (size_t)(g->hi[r] - g->lo[r]) * sizeof(float));
+  return 0;
+}
+
+double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
+  /* Each rank's blocks; ranks have at most ceil(nblocks/P)+1 of them. */
+  int64_t maxb = 0;
+  for (int r = 0; r < g->P; r++) {
+    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
+    if (nb > maxb) maxb = nb;
+  }
+  if (maxb == 0) maxb = 1;
+  double *mine = fm_xcalloc((size_t)maxb, sizeof *mine);
+  double *all = fm_xcalloc((size_t)(maxb * g->P), sizeof *all);
+  double *ordered = fm_xcalloc((size_t)g->nblocks + 1, sizeof *ordered);
+  FM_CHECK(fm_clip_block_sumsq(shard, fm_reduce_lo(g), fm_reduce_hi(g), FM_CLIP_BLOCK, mine));
+  FM_CHECK(fm_comm_allgather(g->comm, mine, all, maxb, FM_DT_F64));
+  int64_t k = 0;
+  for (int r = 0; r < g->P; r++) {
+    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
+    for (int64_t j = 0; j < nb; j++) ordered[k++] = all[(int64_t)r * maxb + j];
+  }
+  double norm = fm_clip_norm(ordered, k);
+  free(mine);
+  free(all);
+  free(ordered);
+  return norm;
+}

@@ -1,0 +1,439 @@
+/* train.c: task='train', the step loop. It should read like pseudocode:
+ *
+ *   for each step:
+ *     read this rank's micro-batches; count the step's unmasked targets (all ranks)
+ *     forward + backward each micro-batch; reduce gradients onto ZeRO-1 shards
+ *     global grad norm; skip on a loss spike or NaN; clip; optimizer on the shard
+ *     all-gather the updated parameters; log; validate every N steps
+ *
+ * What makes the bits independent of the rank count lives in reduce.c (exact
+ * gradient sums), data/sampler.c (stateless sample order) and here: the loss is
+ * gathered per micro-batch and summed in micro-batch order, validation batches
+ * likewise. Setup, evaluation and reporting are below the loop. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fmhpc/data.h"
+#include "fmhpc/hash.h"
+#include "fmhpc/interop.h"
+#include "fmhpc/metrics.h"
+#include "fmhpc/model.h"
+#include "fmhpc/optim.h"
+#include "fmhpc/reduce.h"
+#include "fmhpc/rng.h"
+#include "fmhpc/train.h"
+
+typedef struct Run {
+  const FmDeck *deck;
+  const FmConfig *c;
+  FmComm *dp;
+  const FmBackend *be;
+  const FmModelKind *kind;
+  FmModelDims dims;
+  FmModel *model;
+  FmStore *train, *valid;
+  FmSampler sampler;
+  int64_t B, b, M, T, first, count; /* this rank's micro-batches [first, first+count) */
+  FmBatch *mb;                      /* (count) micro-batches of the current step */
+  float *weights;                   /* (count, b*T) token weights */
+  int32_t *sampled;                 /* (b*T) Sophia's sampled labels */
+  float *logits;                    /* (T, V) Sophia's sampling rows */
+  double *mloss, *mloss_all;        /* per micro-batch loss sums: mine, all (M) */
+  FmReduce red;
+  FmOptim *opt;
+  FmSchedule sched;
+  FmSpike spike;
+  float *gshard;
+  FmMetrics *metrics;
+  double flops_per_step, peak_flops_rank;
+  int64_t skipped;
+} Run;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
+  FmModelInput in = {mb->tokens, targets ? targets : mb->targets, mb->position_ids, mb->segment_ids};
+  return in;
+}
+
+/* ---- the step --------------------------------------------------------- */
+
+/* Read this rank's micro-batches of `step` and set token weights to
+ * mask / (unmasked targets of the whole step, all ranks). */
+static int64_t read_step(Run *r, int64_t step) {
+  int64_t ids[4096];
+  int64_t mine = 0, all = 0;
+  for (int64_t i = 0; i < r->count; i++) {
+    fm_sampler_micro_ids(&r->sampler, step, r->first + i, ids);
+    FM_CHECK(fm_store_read_batch_coll(r->train, ids, r->b, &r->mb[i]));
+    for (int64_t n = 0; n < r->b * r->T; n++) mine += r->mb[i].loss_mask[n];
+  }
+  FM_CHECK(fm_comm_allreduce(r->dp, &mine, &all, 1, FM_DT_I64, FM_OP_SUM));
+  const float w = all > 0 ? (float)(1.0 / (double)all) : 0.0f;
+  for (int64_t i = 0; i < r->count; i++)
+    for (int64_t n = 0; n < r->b * r->T; n++) r->weights[i * r->b * r->T + n] = r->mb[i].loss_mask[n] ? w : 0.0f;
+  return all;
+}
+
+/* Forward + backward of every micro-batch, reduced onto this rank's shard
+ * (computed again with wider scales if the exact reduction overflowed).
+ * Returns the step's loss summed in micro-batch order (any rank count). */
+static double grads_of_step(Run *r, const int32_t *const *targets, bool *nonfinite) {
+  float *grad = fm_model_grad_arena(r->model);
+  do {
+    fm_reduce_begin(&r->red);
+    fm_model_zero_grad(r->model);
+    for (int64_t i = 0; i < r->count; i++) {
+      if (r->red.exact && i > 0) fm_model_zero_grad(r->model);
+      FmModelInput in = model_input(&r->mb[i], targets ? targets[i] : NULL);
+      r->mloss[i] = fm_model_forward_backward(r->model, &in, r->weights + i * r->b * r->T, true);
+      if (r->red.exact) fm_reduce_add(&r->red, grad);
+    }
+  } while (fm_reduce_finish(&r->red, grad, r->gshard, nonfinite));
+  FM_CHECK(fm_comm_allgather(r->dp, r->mloss, r->mloss_all, r->count, FM_DT_F64));
+  double loss = 0;
+  for (int64_t m = 0; m < r->M; m++) loss += r->mloss_all[m];
+  return loss;
+}
+
+/* Sophia-G's Gauss-Newton-Bartlett estimate (Liu et al. 2023, Algorithm 2):
+ * the gradient of the loss on labels sampled from the model's own softmax.
+ * A label is a pure function of (seed, step, global token index). */
+static void sophia_hessian(Run *r, int64_t step, int64_t ntokens) {
+  const int64_t T = r->T, V = r->dims.V, bt = r->b * T;
+  int32_t **targets = fm_xcalloc((size_t)r->count, sizeof *targets);
+  for (int64_t i = 0; i < r->count; i++) {
+    targets[i] = r->sampled + i * bt;
+    for (int64_t s = 0; s < r->b; s++) {
+      int64_t rows[4096];
+      for (int64_t t = 0; t < T; t++) rows[t] = s * T + t;
+      FmModelInput in = model_input(&r->mb[i], NULL);
+      fm_model_logits(r->model, &in, rows, T, r->logits);
+      for (int64_t t = 0; t < T; t++) {
+        const float *z = r->logits + t * V;
+        double mx = -INFINITY, sum = 0, acc = 0;
+        for (int64_t v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
+        for (int64_t v = 0; v < V; v++) sum += exp(z[v] - mx);
+        const uint64_t g = (uint64_t)(((r->first + i) * r->b + s) * T + t);
+        const double u = fm_rng_uniform(r->c->run.seed, FM_RNG_HESSIAN, (uint32_t)step, g) * sum;
+        int64_t v = 0;
+        for (; v < V - 1; v++) {
+          acc += exp(z[v] - mx);
+          if (acc > u) break;
+        }
+        targets[i][s * T + t] = (int32_t)v;
+      }
+    }
+  }
+  bool nonfinite = false;
+  grads_of_step(r, (const int32_t *const *)targets, &nonfinite);
+  if (!nonfinite) fm_optim_sophia_hessian_update(r->opt, r->gshard, ntokens);
+  free(targets);
+}
+
+static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
+  const double t0 = now_s();
+  const int64_t t = step + 1; /* optimizer steps count from 1 */
+  const int64_t ntokens = read_step(r, step);
+  if (fm_optim_hessian_due(r->opt, t)) sophia_hessian(r, step, ntokens);
+
+  bool nonfinite = false;
+  const double loss = grads_of_step(r, NULL, &nonfinite);
+  const double norm = nonfinite ? NAN : fm_reduce_grad_norm(&r->red, r->gshard);
+  const double lr = fm_lr_at(&r->sched, t);
+  bool skip = nonfinite || (r->c->train.spike_skip && fm_spike_check(&r->spike, loss, NULL));
+  if (!skip) {
+    const double scale = fm_clip_scale(norm, r->c->train.grad_clip);
+    const int64_t len = fm_reduce_hi(&r->red) - fm_reduce_lo(&r->red);
+    if (scale != 1.0)
+      for (int64_t i = 0; i < len; i++) r->gshard[i] = (float)((double)r->gshard[i] * scale);
+    float *w = fm_model_param_arena(r->model);
+    fm_optim_step(r->opt, w + fm_reduce_lo(&r->red), r->gshard, t, (float)lr);
+    FM_CHECK(fm_reduce_allgather(&r->red, w));
+  } else {
+    r->skipped++;
+  }
+  const double dt = now_s() - t0;
+  *rec = (FmStepRecord){.step = t, .loss = loss, .lr = lr, .grad_norm = norm, .tokens = ntokens, .step_s = dt,
+                        .tokens_per_s = (double)(r->B * r->T) / dt, .skipped = skip, .redone = r->red.redone};
+  rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size) : 0;
+  return 0;
+}
+
+/* ---- validation ------------------------------------------------------- */
+
+/* Mean loss over &eval batches micro-batches of the validation store (the
+ * first batches*b samples, wrapping), shared round-robin over ranks and summed
+ * in batch order. */
+static double evaluate(Run *r, int64_t *ntok) {
+  const int64_t nb = r->c->eval.batches, P = r->dp->size, K = (nb + P - 1) / P;
+  const int64_t N = fm_store_info(r->valid)->n_seq, bt = r->b * r->T;
+  double *mine = fm_xcalloc((size_t)(2 * K), sizeof *mine), *all = fm_xcalloc((size_t)(2 * K * P), sizeof *all);
+  float *w = fm_xcalloc((size_t)bt, sizeof *w);
+  int64_t ids[4096];
+  for (int64_t k = 0; k < K; k++) {
+    const int64_t i = k * P + r->dp->rank;
+    const int64_t n = i < nb ? r->b : 0;
+    for (int64_t s = 0; s < n; s++) ids[s] = (i * r->b + s) % N;
+    FM_CHECK(fm_store_read_batch_coll(r->valid, ids, n, &r->mb[0]));
+    if (!n) continue;
+    int64_t cnt = 0;
+    for (int64_t j = 0; j < bt; j++) cnt += r->mb[0].loss_mask[j], w[j] = r->mb[0].loss_mask[j] ? 1.0f : 0.0f;
+    FmModelInput in = model_input(&r->mb[0], NULL);
+    mine[2 * k] = fm_model_forward_backward(r->model, &in, w, false);
+    mine[2 * k + 1] = (double)cnt; /* exact below 2^53 */
+  }
+  FM_CHECK(fm_comm_allgather(r->dp, mine, all, 2 * K, FM_DT_F64));
+  double sum = 0, cnt = 0;
+  for (int64_t i = 0; i < nb; i++) {
+    const int64_t src = (i % P) * 2 * K + 2 * (i / P);
+    sum += all[src];
+    cnt += all[src + 1];
+  }
+  free(mine);
+  free(all);
+  free(w);
+  *ntok = (int64_t)cnt;
+  return cnt > 0 ? sum / cnt : NAN;
+}
+
+/* ---- setup ------------------------------------------------------------ */
+
+/* This rank's sustained fp32 GEMM rate on a 512^3 problem (MFU's peak when
+ * &log peak_tflops is 0): a measured roof, not the vendor's. */
+static double measure_peak(const FmBackend *be) {
+  const int64_t n = 512;
+  float *a = fm_xcalloc((size_t)(n * n), sizeof *a), *c = fm_xcalloc((size_t)(n * n), sizeof *c);
+  for (int64_t i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.1f;
+  be->matmul_fwd(c, a, a, NULL, n, n, n);
+  double best = 1e30;
+  for (int k = 0; k < 3; k++) {
+    double t0 = now_s();
+    be->matmul_fwd(c, a, a, NULL, n, n, n);
+    double dt = now_s() - t0;
+    best = dt < best ? dt : best;
+  }
+  free(a);
+  free(c);
+  return 2.0 * (double)(n * n * n) / best;
+}
+
+static int open_data(Run *r, FILE *err) {
+  const FmConfig *c = r->c;
+  if (!c->data.train[0]) {
+    fm_deck_error(r->deck, err, FM_KEY_data_train, "training needs a store (prep's train.json or a .h5 shard)");
+    return FM_EDECK;
+  }
+  int rc = fm_store_open(&r->train, c->data.train, c->data.format, r->dp, err);
+  if (rc) return rc;
+  const FmStoreInfo *ti = fm_store_info(r->train);
+  if (ti->seq_len != r->T) {
+    fm_deck_error(r->deck, err, FM_KEY_model_seq_len, "the store %s holds sequences of %lld tokens",
+                  c->data.train, (long long)ti->seq_len);
+    if (err) fprintf(err, "hint: prep with &prep seq_len = %lld, or set &model seq_len = %lld\n", (long long)r->T,
+                     (long long)ti->seq_len);
+    return FM_EDECK;
+  }
+  if (ti->vocab_size > r->dims.V) {
+    fm_deck_error(r->deck, err, FM_KEY_model_vocab_size, "the store's tokenizer has %lld ids",
+                  (long long)ti->vocab_size);
+    return FM_EDECK;
+  }
+  if (c->data.valid[0]) {
+    rc = fm_store_open(&r->valid, c->data.valid, c->data.format, r->dp, err);
+    if (rc) return rc;
+    if (fm_store_info(r->valid)->seq_len != r->T) {
+      fm_deck_error(r->deck, err, FM_KEY_data_valid, "holds sequences of %lld tokens, the model takes %lld",
+                    (long long)fm_store_info(r->valid)->seq_len, (long long)r->T);
+      return FM_EDECK;
+    }
+  }
+  return fm_sampler_init(&r->sampler, ti->n_seq, r->B, r->b, r->dp->size, r->dp->rank, (uint64_t)c->run.seed, err);
+}
+
+static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
+  memset(r, 0, sizeof *r);
+  r->deck = deck;
+  r->c = &deck->c;
+  r->dp = dp;
+  const FmConfig *c = r->c;
+  if (c->parallel.tp != 1) {
+    fm_deck_error(deck, err, FM_KEY_parallel_tp, "tensor parallelism is not implemented in this version: use 1");
+    return FM_EDECK;
+  }
+  if (c->train.threads > 0) omp_set_num_threads((int)c->train.threads);
+  int status = 0;
+  r->be = fm_backend_get(c->train.backend, &status);
+  if (!r->be || !r->be->host_accessible || !r->be->matmul_fwd) {
+    fm_deck_error(deck, err, FM_KEY_train_backend, "training runs on the CPU backend in this version (%s)",
+                  r->be ? "the CUDA model ops are not built yet" : fm_strerror(status));
+    if (err) fprintf(err, "hint: backend = 'cpu'\n");
+    return FM_EDECK;
+  }
+  int rc = fm_model_dims(&r->dims, &r->kind, deck, err);
+  if (rc) return rc;
+  r->B = c->train.global_batch;
+  r->b = c->train.micro_batch;
+  r->M = r->B / r->b;
+  r->T = r->dims.T;
+  if (r->b * r->T > 4096 || r->T > 4096) { /* the fixed id buffers above */
+    fm_deck_error(deck, err, FM_KEY_train_micro_batch, "micro_batch * seq_len must be <= 4096 on the CPU backend");
+    return FM_EDECK;
+  }
+  if ((rc = open_data(r, err))) return rc;
+  fm_sampler_my_micro(&r->sampler, &r->first, &r->count);
+
+  if ((rc = fm_model_create(&r->model, r->kind, &r->dims, r->be, r->b, c->model.recompute, err))) return rc;
+  fm_model_set_compute_bf16(r->model, strstr(c->train.precision, "c=bf16") != NULL);
+  if (c->model.init_from[0]) {
+    FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};
+    rc = fm_hf_import(c->model.init_from, r->kind, &r->dims, &h, fm_model_params(r->model),
+                      fm_model_param_arena(r->model), err);
+    if (rc) return rc;
+  } else {
+    fm_model_init_weights(r->model, (uint64_t)c->run.seed, c->model.init_std, c->model.residual_scaled_init);
+  }
+  const FmTensorTable *pt = fm_model_params(r->model);
+  fm_reduce_create(&r->red, pt->numel, r->M, strcmp(c->train.determinism, "exact") == 0, dp);
+  if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, fm_reduce_lo(&r->red), fm_reduce_hi(&r->red), err)))
+    return rc;
+  if ((rc = fm_schedule_from_deck(&r->sched, deck, err))) return rc;
+  fm_spike_init_from_deck(&r->spike, deck);
+
+  r->mb = fm_xcalloc((size_t)(r->count > 0 ? r->count : 1), sizeof *r->mb);
+  for (int64_t i = 0; i < (r->count > 0 ? r->count : 1); i++) fm_batch_alloc(&r->mb[i], r->b, r->T);
+  r->weights = fm_xcalloc((size_t)(r->count * r->b * r->T), sizeof *r->weights);
+  r->mloss = fm_xcalloc((size_t)r->count, sizeof *r->mloss);
+  r->mloss_all = fm_xcalloc((size_t)r->M, sizeof *r->mloss_all);
+  r->gshard = fm_xcalloc((size_t)r->red.S, sizeof *r->gshard);
+  if (fm_optim_params(r->opt)->kind->step == fm_optim_find("sophia")->step) {
+    r->sampled = fm_xcalloc((size_t)(r->count * r->b * r->T), sizeof *r->sampled);
+    r->logits = fm_xcalloc((size_t)(r->T * r->dims.V), sizeof *r->logits);
+  }
+  r->flops_per_step = r->kind->train_flops_per_token(&r->dims) * (double)(r->B * r->T);
+  r->peak_flops_rank = c->log.peak_tflops > 0 ? c->log.peak_tflops * 1e12 : measure_peak(r->be);
+  return 0;
+}
+
+static void teardown(Run *r) {
+  for (int64_t i = 0; i < (r->count > 0 ? r->count : 1) && r->mb; i++) fm_batch_free(&r->mb[i]);
+  free(r->mb);
+  free(r->weights);
+  free(r->sampled);
+  free(r->logits);
+  free(r->mloss);
+  free(r->mloss_all);
+  free(r->gshard);
+  if (r->opt) fm_optim_free(r->opt);
+  fm_spike_free(&r->spike);
+  fm_reduce_free(&r->red);
+  if (r->model) fm_model_free(r->model);
+  if (r->train) fm_store_close(r->train);
+  if (r->valid) fm_store_close(r->valid);
+}
+
+/* ---- reporting -------------------------------------------------------- */
+
+static void log_step(const Run *r, const FmStepRecord *s, double elapsed) {
+  char tok[32], eta[32];
+  const double per = elapsed / (double)s->step;
+  const double left = per * (double)(r->c->train.steps - s->step);
+  snprintf(eta, sizeof eta, "%dm%02ds", (int)(left / 60), (int)fmod(left, 60.0));
+  fm_log0("step %5lld/%lld | loss %.4f | lr %.3e | gnorm %.3f | %s tok/s | MFU %.1f%% | %.0f ms | ETA %s%s",
+          (long long)s->step, (long long)r->c->train.steps, s->loss, s->lr, s->grad_norm,
+          fm_fmt_count(tok, sizeof tok, (int64_t)s->tokens_per_s), 100.0 * s->mfu, 1000.0 * s->step_s, eta,
+          s->skipped ? " | SKIPPED" : "");
+}
+
+/* SHA-256 of the final fp32 weights: a run states what it produced, and two
+ * runs that should agree bit for bit can be compared from their summaries. */
+static void weights_hash(Run *r, char hex[65]) {
+  const FmTensorTable *pt = fm_model_params(r->model);
+  uint8_t d[32];
+  fm_sha256(fm_model_param_arena(r->model), (size_t)pt->numel * sizeof(float), d);
+  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+}
+
+static void write_summary(Run *r, const FmStepRecord *last, double val, double secs, const char *hash) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/summary.json", r->c->run.out_dir);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fm_warn0("cannot write %s", path);
+    return;
+  }
+  fprintf(f,
+          "{\"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
+          "\"val_loss\": %.9e, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
+          "\"dp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
+          (long long)last->step, last->loss, last->loss, val, (long long)(last->step * r->B * r->T), secs,
+          (long long)r->skipped, (long long)r->red.redone, r->dp->size, hash,
+          (long long)fm_model_params(r->model)->numel);
+  fclose(f);
+}
+
+int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
+  Run r;
+  FILE *err = dp->rank == 0 ? stderr : NULL;
+  int rc = setup(&r, deck, dp, err);
+  int32_t ok = rc == 0, all_ok = 0; /* a setup error seen by some ranks (a file) ends all */
+  fm_comm_allreduce(dp, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
+  if (!all_ok) {
+    teardown(&r);
+    return rc ? rc : FM_EIO;
+  }
+  const FmConfig *c = r.c;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
+  if (dp->rank == 0) rc = fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);
+  fm_log0("train: %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d, %s reduction, %s",
+          r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps, (long long)r.B,
+          (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
+
+  FmStepRecord rec = {0};
+  const double t0 = now_s();
+  for (int64_t step = 0; step < c->train.steps; step++) {
+    train_step(&r, step, &rec);
+    fm_metrics_step(r.metrics, &rec);
+    if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps) log_step(&r, &rec, now_s() - t0);
+    if (r.valid && c->eval.every > 0 && rec.step % c->eval.every == 0 && rec.step != c->train.steps) {
+      int64_t nt;
+      double v = evaluate(&r, &nt);
+      fm_metrics_eval(r.metrics, rec.step, v, nt);
+      fm_log0("eval  %5lld | val_loss %.4f | ppl %.2f | %lld tokens", (long long)rec.step, v, exp(v), (long long)nt);
+    }
+  }
+  double val = NAN;
+  if (r.valid) {
+    int64_t nt;
+    val = evaluate(&r, &nt);
+    fm_metrics_eval(r.metrics, rec.step, val, nt);
+    fm_log0("eval  %5lld | val_loss %.4f | ppl %.2f | %lld tokens", (long long)rec.step, val, exp(val), (long long)nt);
+  }
+  const double secs = now_s() - t0;
+  char hash[65];
+  weights_hash(&r, hash);
+  if (dp->rank == 0) {
+    if (c->log.plot) fm_metrics_plot(r.metrics, log, 72, 16);
+    write_summary(&r, &rec, val, secs, hash);
+    snprintf(path, sizeof path, "%s/final", c->run.out_dir);
+    FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};
+    rc = fm_hf_export(path, r.kind, &r.dims, &h, fm_model_params(r.model), fm_model_param_arena(r.model), err);
+  }
+  fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0);
+  char vbuf[32] = "none (no &data valid)";
+  if (r.valid) snprintf(vbuf, sizeof vbuf, "%.6f", val);
+  fm_log0("done: %lld steps in %.1f s, final loss %.6f, val loss %s, %lld skipped, %lld redone; weights sha256 %s",
+          (long long)rec.step, secs, rec.loss, vbuf, (long long)r.skipped, (long long)r.red.redone, hash);
+  fm_log0("wrote %s/metrics.jsonl, summary.json, final/ (HF safetensors)", c->run.out_dir);
+  fm_metrics_close(r.metrics);
+  teardown(&r);
+  return rc;
+}

@@ -5,9 +5,12 @@
  * params.f32 and grads.f32 (the flat arenas, laid out by the parameter table),
  * logits.f32 (B*T x V), tokens/targets/pos/seg.i32 and weight.f32 (B*T), and
  * index.json with the dims, the loss, per-layer residual variances and the
- * table (name, shape, offset). */
+ * table (name, shape, offset); and the weights as a Hugging Face model
+ * (hf/config.json + hf/model.safetensors, fm_hf_export), which the reference
+ * loads. */
 #include <stdio.h>
 
+#include "fmhpc/interop.h"
 #include "model_testing.h"
 
 static int write_raw(const char *dir, const char *name, const void *p, size_t bytes) {
@@ -49,6 +52,9 @@ int main(int argc, char **argv) {
            write_raw(dir, "pos.i32", b.pos, nb) | write_raw(dir, "seg.i32", b.seg, nb) |
            write_raw(dir, "weight.f32", b.weight, nb);
   char path[1024];
+  snprintf(path, sizeof path, "%s/hf", dir);
+  const FmHfHyper hyper = {d->norm_eps, d->rope_theta};
+  rc |= fm_hf_export(path, fm_model_find(arch), d, &hyper, tab, fm_model_param_arena(m), stderr) != 0;
   snprintf(path, sizeof path, "%s/index.json", dir);
   FILE *f = fopen(path, "w");
   if (!f) return 1;

@@ -7,7 +7,9 @@ eager attention), loaded with fmhpc's weights, and compared with fmhpc.
 
 runs model_dump (tests/model/model_dump.c: one forward + backward of a tiny
 model on a micro-batch of two sequences holding two documents each, with
-masked targets), then runs the same weights and batch through
+masked targets, and the weights exported as a Hugging Face model), loads the
+exported model.safetensors by HF names into the reference, and runs the same
+batch through
   * the reference in float32: logits, loss and every gradient must agree
     within 1e-5: per tensor, relative L2 error |a - r| / |r| <= 1e-5 and the
     largest elementwise error <= 1e-5 * max |r| (elementwise relative error
@@ -34,6 +36,40 @@ try:
 except ImportError as e:  # pragma: no cover
     print(f"skipped: {e}")
     sys.exit(77)
+
+
+def read_safetensors(path):
+    """A safetensors file (8-byte header length, JSON header, raw data) as numpy arrays."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    dt = {"F32": "<f4", "F64": "<f8", "F16": "<f2"}
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = t["data_offsets"]
+        out[name] = np.frombuffer(data[a:b], dtype=dt[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+# HF state-dict names -> this file's module names (one nn.Module per HF
+# module, flattened one level).
+HF_RENAMES = {
+    "gpt2": [("transformer.", ""), ("attn.c_attn", "c_attn"), ("attn.c_proj", "attn_c_proj"), ("mlp.c_fc", "c_fc"),
+             ("mlp.c_proj", "mlp_c_proj")],
+    "llama": [("model.", ""), ("self_attn.", ""), ("mlp.", "")],
+}
+
+
+def load_hf(model, arch, hf):
+    sd = {}
+    for name, v in hf.items():
+        for a, b in HF_RENAMES[arch]:
+            name = name.replace(a, b)
+        sd[name] = v
+    load_exactly(model, sd)
 
 
 def load_exactly(model, sd):
@@ -261,10 +297,14 @@ class LlamaForCausalLM(nn.Module):
 # ---- the comparison ---------------------------------------------------------------
 
 
-def run_reference(c, weights, batch, dtype):
+def run_reference(c, weights, batch, dtype, hf=None):
+    """weights: fmhpc's canonical tensors, or with hf, HF's exported ones."""
     torch.manual_seed(0)
     model = (GPT2LMHeadModel if c["arch"] == "gpt2" else LlamaForCausalLM)(c)
-    model.load(weights, c)
+    if hf is not None:
+        load_hf(model, c["arch"], hf)
+    else:
+        model.load(weights, c)
     model = model.to(dtype)
     B, T = c["B"], c["T"]
     tok, tgt, pos, seg, wt = (torch.as_tensor(batch[k]).view(B, T) for k in ("tokens", "targets", "pos", "seg", "weight"))
@@ -321,13 +361,14 @@ def main():
              "seg": rd("seg.i32", "<i4"), "weight": rd("weight.f32", "<f4")}
     fm_logits = rd("logits.f32", "<f4").reshape(c["B"] * c["T"], c["V"])
     assert set(tab) == set(run_reference(c, weights, batch, torch.float32)[2]), "parameter names differ"
+    hf = read_safetensors(os.path.join(out, "hf", "model.safetensors"))
 
     ok = True
     print(f"== {arch} (tied {tied}): C={c['C']} L={c['L']} NH={c['NH']} NKV={c['NKV']} V={c['V']} "
           f"B={c['B']} T={c['T']}, two documents per row, masked targets")
     for dtype, tol in ((torch.float32, 1e-5), (torch.float64, 1e-5)):
         name = "torch float32" if dtype == torch.float32 else "torch float64"
-        logits, loss, grads, var = run_reference(c, weights, batch, dtype)
+        logits, loss, grads, var = run_reference(c, weights, batch, dtype, hf)
         lrel = abs(c["loss"] - loss) / abs(loss)
         print(f"{name}: loss fmhpc {c['loss']:.9f} ref {loss:.9f} (rel {lrel:.2e})")
         ok &= lrel <= tol
@@ -337,6 +378,13 @@ def main():
             vrel = max(abs(a - b) / abs(b) for a, b in zip(c["act_var"], var))
             print(f"act_stats: residual variance per layer fmhpc {c['act_var']} ref {var} (worst rel {vrel:.2e})")
             ok &= vrel <= 1e-6
+    # The canonical weights give the same float32 results bit for bit as the
+    # HF export (the export is a relayout, nothing more).
+    l_hf, loss_hf, g_hf, _ = run_reference(c, weights, batch, torch.float32, hf)
+    l_fm, loss_fm, g_fm, _ = run_reference(c, weights, batch, torch.float32)
+    same = loss_hf == loss_fm and np.array_equal(l_hf, l_fm) and all(np.array_equal(g_hf[k], g_fm[k]) for k in g_fm)
+    print(f"HF export (hf/model.safetensors) vs canonical weights in the reference: {'identical' if same else 'DIFFER'}")
+    ok &= same
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

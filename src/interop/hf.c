@@ -252,10 +252,11 @@ static int leftover(const Files *fs, int fi, const FmStTensor *t, const FmModelK
               f->path);
     return FM_EFORMAT;
   }
-  if (err)
-    fprintf(err,
-            "%s: tensor %s is not a parameter of fmhpc's %s\nhint: is this a checkpoint of another architecture?\n",
-            f->path, t->name, k->name);
+  if (err) {
+    fprintf(err, "%s: tensor ", f->path);
+    fm_json_write_str(err, t->name, strlen(t->name) < 200 ? strlen(t->name) : 200); /* untrusted: escaped */
+    fprintf(err, " is not a parameter of fmhpc's %s\nhint: is this a checkpoint of another architecture?\n", k->name);
+  }
   return FM_EFORMAT;
 }
 

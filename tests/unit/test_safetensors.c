@@ -671,7 +671,7 @@ FM_TEST(import_rejects_missing_extra_and_untied_head) {
   edit_model(dir, "lm_head.weight", "transformer.ln_f.bias", "transformer.h.9.extra", false);
   msg = import_msg("gpt2", gpt2_dims(true), dir, &rc);
   FM_EXPECT_EQ_INT(rc, FM_EFORMAT);
-  FM_EXPECT_CONTAINS(msg, "tensor transformer.h.9.extra is not a parameter of fmhpc's gpt2");
+  FM_EXPECT_CONTAINS(msg, "tensor \"transformer.h.9.extra\" is not a parameter of fmhpc's gpt2");
   free(msg);
   edit_model(dir, "transformer.h.1.mlp.c_fc.weight", NULL, NULL, false);
   msg = import_msg("gpt2", gpt2_dims(true), dir, &rc);

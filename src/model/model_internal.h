@@ -10,7 +10,8 @@
  *                 shared by every block with recompute (the backward then
  *                 recomputes block l into it first);
  *   FM_ACT_ONCE   outside the blocks (final norm), one copy;
- *   FM_ACT_GRAD   backward scratch (activation gradients), one copy.
+ * *   FM_ACT_GRAD   backward scratch (activation gradients), one copy; their
+ *                 names start with "d" and no other name does.
  * Each model names its final hidden state "final" and its gradient "dfinal":
  * model.c runs the output projection + cross-entropy between them. */
 #ifndef FMHPC_MODEL_INTERNAL_H

@@ -1,0 +1,171 @@
+/* test_reduce.c: the data-parallel gradient reduction, run at 1, 2, 3 and 4
+ * ranks. Micro-batch gradients are a pure function of the global micro-batch
+ * index, so every rank count must give the same summed gradient:
+ *  - exact mode: bitwise equal to the exactly computed sum rounded once to
+ *    fp32 (the reference is computed here in double, where these dyadic
+ *    values add without rounding), for every rank count;
+ *  - fast mode: a plain fp32 reduce-scatter; at 2+ ranks it differs from the
+ *    sequential fp32 sum for some element (the test asserts that it does:
+ *    the exact mode is what makes rank counts agree);
+ *  - an overflow (a value far beyond the previous step's maximum) is detected
+ *    on every rank alike and the redo gives the exact result;
+ *  - the global norm and the all-gather agree with serial computations. */
+#include <math.h>
+
+#include "fm_test.h"
+#include "fmhpc/optim.h"
+#include "fmhpc/reduce.h"
+#include "fmhpc/rng.h"
+
+enum { NPARAM = 3 * 65536 + 1234, M = 12 }; /* 4 scale blocks; M divisible by 1..4 */
+
+/* Gradient of global micro-batch m: k / 2^20 with |k| < 2^20, and a few
+ * blocks with wildly different magnitudes (0 block, tiny, large). */
+static float grad_value(int64_t m, int64_t i) {
+  uint32_t u = fm_rng_block(99, 7, (uint32_t)m, (uint64_t)i).v[0];
+  double k = (double)((int32_t)(u % 2000001u) - 1000000);
+  double g = k / 1048576.0;
+  if (i / 65536 == 1) g *= 1.0 / 4096.0; /* a block of small gradients */
+  if (i / 65536 == 2) g = 0.0;           /* a block that is all zero */
+  return (float)g;
+}
+
+/* Full-mantissa values spread over 2^-8..2^8: fp32 sums of these round, so
+ * the order of summation shows in the bits. */
+static float rough_value(int64_t m, int64_t i) {
+  FmRng4 b = fm_rng_block(5, 7, (uint32_t)m, (uint64_t)i);
+  return (float)ldexp(fm_rng_normal(5, 7, (uint32_t)m, (uint64_t)i), (int)(b.v[3] % 17) - 8);
+}
+
+static int rough = 0; /* fast-mode test: use rough_value */
+static float value(int64_t m, int64_t i) { return rough ? rough_value(m, i) : grad_value(m, i); }
+
+static void fill(float *g, int64_t m) {
+  for (int64_t i = 0; i < NPARAM; i++) g[i] = value(m, i);
+}
+
+static FmComm *world(void) {
+  static FmComm *c;
+  if (!c) c = fm_comm_mpi_create(MPI_COMM_WORLD);
+  return c;
+}
+
+/* Run one step of M micro-batches over the ranks; returns this rank's shard. */
+static int run_step(FmReduce *red, float *grad, float *shard, int64_t mb_scale_at, float big) {
+  FmComm *c = world();
+  const int64_t per = M / c->size;
+  int redo;
+  bool nonfinite;
+  do {
+    fm_reduce_begin(red);
+    if (!red->exact) memset(grad, 0, NPARAM * sizeof *grad);
+    for (int64_t j = 0; j < per; j++) {
+      const int64_t m = c->rank * per + j;
+      if (red->exact) {
+        fill(grad, m);
+        if (m == mb_scale_at) grad[5] = big;
+        fm_reduce_add(red, grad);
+      } else {
+        static float tmp[NPARAM];
+        fill(tmp, m);
+        for (int64_t i = 0; i < NPARAM; i++) grad[i] += tmp[i];
+      }
+    }
+    redo = fm_reduce_finish(red, grad, shard, &nonfinite);
+  } while (redo);
+  return nonfinite;
+}
+
+FM_TEST(exact_sum_is_rank_independent) {
+  FmReduce red;
+  FM_REQUIRE(fm_reduce_create(&red, NPARAM, M, true, world()) == 0);
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *shard = fm_xcalloc((size_t)red.S, sizeof *shard);
+  FM_EXPECT(!run_step(&red, grad, shard, -1, 0));
+  /* Reference: the exact sum in double (dyadic values with <= 33 significant
+   * bits of range: exact), rounded once to fp32. */
+  const int64_t lo = fm_reduce_lo(&red), hi = fm_reduce_hi(&red);
+  int64_t bad = 0;
+  for (int64_t i = lo; i < hi; i++) {
+    double s = 0;
+    for (int64_t m = 0; m < M; m++) s += (double)grad_value(m, i);
+    float want = (float)s;
+    if (memcmp(&want, &shard[i - lo], 4) != 0) bad++;
+  }
+  FM_EXPECT_EQ_INT(bad, 0);
+  FM_EXPECT_EQ_INT(red.redone, 0);
+  free(grad);
+  free(shard);
+  fm_reduce_free(&red);
+}
+
+FM_TEST(fast_sum_differs_between_rank_counts) {
+  FmReduce red;
+  rough = 1;
+  FM_REQUIRE(fm_reduce_create(&red, NPARAM, M, false, world()) == 0);
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *shard = fm_xcalloc((size_t)red.S, sizeof *shard);
+  run_step(&red, grad, shard, -1, 0);
+  /* The sequential fp32 sum: what one rank computes. */
+  const int64_t lo = fm_reduce_lo(&red), hi = fm_reduce_hi(&red);
+  int64_t diff = 0;
+  for (int64_t i = lo; i < hi; i++) {
+    float s = 0;
+    for (int64_t m = 0; m < M; m++) s += rough_value(m, i);
+    if (memcmp(&s, &shard[i - lo], 4) != 0) diff++;
+  }
+  int64_t all = 0;
+  fm_comm_allreduce(world(), &diff, &all, 1, FM_DT_I64, FM_OP_SUM);
+  if (world()->size == 1) FM_EXPECT_EQ_INT(all, 0);
+  else FM_EXPECT(all > 0); /* float sums in another order give other bits */
+  rough = 0;
+  free(grad);
+  free(shard);
+  fm_reduce_free(&red);
+}
+
+FM_TEST(overflow_is_redone_everywhere) {
+  FmReduce red;
+  FM_REQUIRE(fm_reduce_create(&red, NPARAM, M, true, world()) == 0);
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *shard = fm_xcalloc((size_t)red.S, sizeof *shard);
+  run_step(&red, grad, shard, -1, 0); /* step 1 sets the block maxima (< 1) */
+  /* Step 2: micro-batch 7 (on rank 7/(M/P)) carries a value 2^30 times the
+   * previous maximum: one rank overflows, all redo, the sum is still exact. */
+  run_step(&red, grad, shard, 7, 1048576.0f * 1024.0f);
+  FM_EXPECT_EQ_INT(red.redone, 1);
+  if (fm_reduce_lo(&red) == 0) {
+    double s = 0;
+    for (int64_t m = 0; m < M; m++) s += m == 7 ? 1073741824.0 : (double)grad_value(m, 5);
+    FM_EXPECT_BITS_EQ_F32(shard[5], (float)s);
+  }
+  free(grad);
+  free(shard);
+  fm_reduce_free(&red);
+}
+
+FM_TEST(norm_and_allgather_match_serial) {
+  FmReduce red;
+  FM_REQUIRE(fm_reduce_create(&red, NPARAM, M, true, world()) == 0);
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *shard = fm_xcalloc((size_t)red.S, sizeof *shard);
+  run_step(&red, grad, shard, -1, 0);
+  /* Serial: the whole summed vector, then block sums in order. */
+  float *full = fm_xcalloc(NPARAM, sizeof *full);
+  for (int64_t i = 0; i < NPARAM; i++) {
+    double s = 0;
+    for (int64_t m = 0; m < M; m++) s += (double)grad_value(m, i);
+    full[i] = (float)s;
+  }
+  double blocks[8];
+  FM_REQUIRE(fm_clip_block_sumsq(full, 0, NPARAM, FM_CLIP_BLOCK, blocks) == 0);
+  const double want = fm_clip_norm(blocks, fm_clip_nblocks(0, NPARAM, FM_CLIP_BLOCK));
+  const double got = fm_reduce_grad_norm(&red, shard);
+  FM_EXPECT(memcmp(&want, &got, sizeof want) == 0);
+  /* All-gather: each rank writes its shard into w; every rank ends with all. */
+  float *w = fm_xcalloc(NPARAM, sizeof *w);
+  memcpy(w + fm_reduce_lo(&red), shard, (size_t)(fm_reduce_hi(&red) - fm_reduce_lo(&red)) * sizeof *w);
+  FM_REQUIRE(fm_reduce_allgather(&red, w) == 0);
+  FM_EXPECT(memcmp(w, full, NPARAM * sizeof *w) == 0);
+  free(w);
+  free(full);
+  free(grad);
+  free(shard);
+  fm_reduce_free(&red);
+}

@@ -25,9 +25,7 @@ static inline uint64_t ops_next(void) { /* splitmix64 */
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-static inline double ops_uniform(double lo, double hi) {
-  return lo + (hi - lo) * (double)(ops_next() >> 11) * 0x1p-53;
-}
+static inline double ops_uniform(double lo, double hi) { return lo + (hi - lo) * (double)(ops_next() >> 11) * 0x1p-53; }
 static inline void ops_fill(float *x, int64_t n, double lo, double hi) {
   for (int64_t i = 0; i < n; i++) x[i] = (float)ops_uniform(lo, hi);
 }
@@ -62,14 +60,14 @@ static inline OpsErr ops_err(const float *a, const double *ref, int64_t n) {
 }
 
 /* Worst errors seen by a binary, printed at exit by the test that asks. */
-#define OPS_EXPECT_CLOSE(what, a, ref, n, tol_rel, tol_max)                                               \
-  do {                                                                                                    \
-    OpsErr ops__e = ops_err((a), (ref), (n));                                                             \
-    printf("  %-34s rel %.2e (tol %.0e)  max %.2e (tol %.0e)\n", (what), ops__e.rel, (double)(tol_rel),   \
-           ops__e.max, (double)(tol_max));                                                                \
-    if (!(ops__e.rel <= (tol_rel)) || !(ops__e.max <= (tol_max)))                                         \
-      FM__FAIL("%s: rel %.3g (tol %.3g), max %.3g (tol %.3g)", (what), ops__e.rel, (double)(tol_rel),     \
-               ops__e.max, (double)(tol_max));                                                            \
+#define OPS_EXPECT_CLOSE(what, a, ref, n, tol_rel, tol_max)                                                         \
+  do {                                                                                                              \
+    OpsErr ops__e = ops_err((a), (ref), (n));                                                                       \
+    printf("  %-34s rel %.2e (tol %.0e)  max %.2e (tol %.0e)\n", (what), ops__e.rel, (double)(tol_rel), ops__e.max, \
+           (double)(tol_max));                                                                                      \
+    if (!(ops__e.rel <= (tol_rel)) || !(ops__e.max <= (tol_max)))                                                   \
+      FM__FAIL("%s: rel %.3g (tol %.3g), max %.3g (tol %.3g)", (what), ops__e.rel, (double)(tol_rel), ops__e.max,   \
+               (double)(tol_max));                                                                                  \
   } while (0)
 
 /* Central differences of f at x (n doubles, perturbed in place and restored):

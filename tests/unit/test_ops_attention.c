@@ -70,7 +70,8 @@ static double attn_ref_loss(void *ctx) {
 static void make_segments(int32_t *seg, int64_t B, int64_t T) {
   for (int64_t b = 0; b < B; b++) {
     const int64_t ndoc = 2 + (int64_t)(ops_next() % 2);
-    int64_t cut1 = 1 + (int64_t)(ops_next() % (uint64_t)(T / ndoc)), cut2 = cut1 + 1 + (int64_t)(ops_next() % (uint64_t)(T / ndoc));
+    int64_t cut1 = 1 + (int64_t)(ops_next() % (uint64_t)(T / ndoc)),
+            cut2 = cut1 + 1 + (int64_t)(ops_next() % (uint64_t)(T / ndoc));
     if (ndoc == 2) cut2 = T;
     for (int64_t t = 0; t < T; t++) seg[b * T + t] = (int32_t)(7 * b + (t < cut1 ? 3 : t < cut2 ? 1 : 5));
   }
@@ -101,7 +102,9 @@ static AttnRun run_make(AttnCase c) {
   }
   return r;
 }
-static void run_free(AttnRun *r) { free(r->buf), free(r->dbuf), free(r->out), free(r->dout), free(r->lse), free(r->seg); }
+static void run_free(AttnRun *r) {
+  free(r->buf), free(r->dbuf), free(r->out), free(r->dout), free(r->lse), free(r->seg);
+}
 static void run_fwd(AttnRun *r) {
   const AttnCase c = r->c;
   fm_cpu_attention_fwd(r->out, r->lse, r->buf, r->buf + c.NH * c.HS, r->buf + (c.NH + c.NKV) * c.HS, r->ld, r->ld,
@@ -110,16 +113,23 @@ static void run_fwd(AttnRun *r) {
 static void run_bwd(AttnRun *r) {
   const AttnCase c = r->c;
   float *q = r->buf, *dq = r->dbuf;
-  fm_cpu_attention_bwd(dq, dq + c.NH * c.HS, dq + (c.NH + c.NKV) * c.HS, r->dout, r->out, r->lse, q,
-                       q + c.NH * c.HS, q + (c.NH + c.NKV) * c.HS, r->ld, r->ld, r->seg, c.B, c.T, c.NH, c.NKV, c.HS);
+  fm_cpu_attention_bwd(dq, dq + c.NH * c.HS, dq + (c.NH + c.NKV) * c.HS, r->dout, r->out, r->lse, q, q + c.NH * c.HS,
+                       q + (c.NH + c.NKV) * c.HS, r->ld, r->ld, r->seg, c.B, c.T, c.NH, c.NKV, c.HS);
 }
 
 static void check_attention(AttnCase c) {
-  printf("attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld seg=%d\n", (long long)c.B, (long long)c.T,
-         (long long)c.NH, (long long)c.NKV, (long long)c.HS, c.use_seg);
+  printf("attention B=%lld T=%lld NH=%lld NKV=%lld HS=%lld seg=%d\n", (long long)c.B, (long long)c.T, (long long)c.NH,
+         (long long)c.NKV, (long long)c.HS, c.use_seg);
   AttnRun run = run_make(c);
-  AttnRef ref = {ops_to_double(run.buf, run.N * run.ld), ops_to_double(run.dout, run.no), run.seg, c.B, c.T, c.NH,
-                 c.NKV, c.HS, run.ld};
+  AttnRef ref = {ops_to_double(run.buf, run.N * run.ld),
+                 ops_to_double(run.dout, run.no),
+                 run.seg,
+                 c.B,
+                 c.T,
+                 c.NH,
+                 c.NKV,
+                 c.HS,
+                 run.ld};
   double *rout = ops_dalloc(run.no), *rlse = ops_dalloc(c.B * c.NH * c.T);
   attn_ref_fwd(rout, rlse, &ref);
   run_fwd(&run);
@@ -158,12 +168,30 @@ static void check_attention(AttnCase c) {
   run_free(&run);
 }
 
-FM_TEST(attention_gqa_documents_T7) { ops_seed(41); check_attention((AttnCase){2, 7, 4, 2, 8, 1}); }
-FM_TEST(attention_gqa_documents_T33) { ops_seed(42); check_attention((AttnCase){2, 33, 4, 2, 8, 1}); }
-FM_TEST(attention_mqa_documents_T19) { ops_seed(43); check_attention((AttnCase){2, 19, 4, 1, 8, 1}); }
-FM_TEST(attention_mha_ld3C_T25) { ops_seed(44); check_attention((AttnCase){2, 25, 4, 4, 8, 1}); }
-FM_TEST(attention_mha_no_seg_T13) { ops_seed(45); check_attention((AttnCase){1, 13, 4, 4, 6, 0}); }
-FM_TEST(attention_three_tiles_T150) { ops_seed(46); check_attention((AttnCase){1, 150, 2, 1, 4, 1}); }
+FM_TEST(attention_gqa_documents_T7) {
+  ops_seed(41);
+  check_attention((AttnCase){2, 7, 4, 2, 8, 1});
+}
+FM_TEST(attention_gqa_documents_T33) {
+  ops_seed(42);
+  check_attention((AttnCase){2, 33, 4, 2, 8, 1});
+}
+FM_TEST(attention_mqa_documents_T19) {
+  ops_seed(43);
+  check_attention((AttnCase){2, 19, 4, 1, 8, 1});
+}
+FM_TEST(attention_mha_ld3C_T25) {
+  ops_seed(44);
+  check_attention((AttnCase){2, 25, 4, 4, 8, 1});
+}
+FM_TEST(attention_mha_no_seg_T13) {
+  ops_seed(45);
+  check_attention((AttnCase){1, 13, 4, 4, 6, 0});
+}
+FM_TEST(attention_three_tiles_T150) {
+  ops_seed(46);
+  check_attention((AttnCase){1, 150, 2, 1, 4, 1});
+}
 
 /* Change what a position may not see; what it produces must keep its bits. */
 FM_TEST(attention_masked_positions_do_not_leak) {
@@ -194,7 +222,8 @@ FM_TEST(attention_masked_positions_do_not_leak) {
       const int64_t n = bb * c.T + t;
       const int64_t d = ops_bits_differ(a.out + n * od, b.out + n * od, od);
       int64_t dl = 0;
-      for (int64_t h = 0; h < c.NH; h++) dl += ops_bits_differ(a.lse + (bb * c.NH + h) * c.T + t, b.lse + (bb * c.NH + h) * c.T + t, 1);
+      for (int64_t h = 0; h < c.NH; h++)
+        dl += ops_bits_differ(a.lse + (bb * c.NH + h) * c.T + t, b.lse + (bb * c.NH + h) * c.T + t, 1);
       if (free_row) {
         diff_out += d, diff_lse += dl;
         diff_dq += ops_bits_differ(a.dbuf + n * a.ld, b.dbuf + n * a.ld, qd);

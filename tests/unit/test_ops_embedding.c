@@ -51,8 +51,13 @@ static void check_embedding(int with_pos) {
 
   float *dwte = ops_alloc(V * C), *dwpe = ops_alloc(P * C);
   fm_cpu_embedding_bwd(dwte, with_pos ? dwpe : NULL, dout, tok, with_pos ? pos : NULL, N, C, V);
-  EmbRef r = {ops_to_double(wte, V * C), with_pos ? ops_to_double(wpe, P * C) : NULL, ops_to_double(dout, N * C),
-              tok, pos, N, C};
+  EmbRef r = {ops_to_double(wte, V * C),
+              with_pos ? ops_to_double(wpe, P * C) : NULL,
+              ops_to_double(dout, N * C),
+              tok,
+              pos,
+              N,
+              C};
   double *gte = ops_dalloc(V * C), *gpe = ops_dalloc(P * C);
   ops_fd(gte, r.wte, V * C, emb_ref_loss, &r, 1e-6);
   OPS_EXPECT_CLOSE("dwte vs FD", dwte, gte, V * C, 1e-5, 1e-4);

@@ -41,8 +41,13 @@ static void check_matmul(int64_t N, int64_t C, int64_t OC, int with_bias, int fd
   ops_fill(w, OC * C, -1, 1);
   ops_fill(b, OC, -1, 1);
   ops_fill(dout, N * OC, -1, 1);
-  MmRef r = {ops_to_double(inp, N * C), ops_to_double(w, OC * C), with_bias ? ops_to_double(b, OC) : NULL,
-             ops_to_double(dout, N * OC), N, C, OC};
+  MmRef r = {ops_to_double(inp, N * C),
+             ops_to_double(w, OC * C),
+             with_bias ? ops_to_double(b, OC) : NULL,
+             ops_to_double(dout, N * OC),
+             N,
+             C,
+             OC};
   double *ref = ops_dalloc(N * OC);
   mm_ref_fwd(ref, &r);
   fm_cpu_matmul_fwd(out, inp, w, with_bias ? b : NULL, N, C, OC);

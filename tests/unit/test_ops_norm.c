@@ -51,8 +51,13 @@ static void check_norm(int layer, int64_t N, int64_t C, float eps) {
   ops_fill(w, C, 0.5, 1.5);
   ops_fill(b, C, -1, 1);
   ops_fill(dout, N * C, -1, 1);
-  NormRef r = {ops_to_double(x, N * C), ops_to_double(w, C), layer ? ops_to_double(b, C) : NULL,
-               ops_to_double(dout, N * C), N, C, (double)eps};
+  NormRef r = {ops_to_double(x, N * C),
+               ops_to_double(w, C),
+               layer ? ops_to_double(b, C) : NULL,
+               ops_to_double(dout, N * C),
+               N,
+               C,
+               (double)eps};
   double *ref = ops_dalloc(N * C), *rmean = ops_dalloc(N), *rrstd = ops_dalloc(N);
   norm_ref_fwd(ref, rmean, rrstd, &r);
   float *out = ops_alloc(N * C), *mean = ops_alloc(N), *rstd = ops_alloc(N);

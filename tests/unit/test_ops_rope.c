@@ -46,8 +46,8 @@ static double rope_ref_loss(void *ctx) {
 
 /* N rows of H heads with a gap of 5 floats after the heads (ld > H*HS). */
 static void check_rope(int64_t N, int64_t H, int64_t HS, float theta, int32_t maxpos, int fd) {
-  printf("rope N=%lld H=%lld HS=%lld theta=%g maxpos=%d\n", (long long)N, (long long)H, (long long)HS,
-         (double)theta, (int)maxpos);
+  printf("rope N=%lld H=%lld HS=%lld theta=%g maxpos=%d\n", (long long)N, (long long)H, (long long)HS, (double)theta,
+         (int)maxpos);
   const int64_t ld = H * HS + 5, n = N * ld;
   int32_t *pos = calloc((size_t)N, sizeof(int32_t));
   for (int64_t i = 0; i < N; i++) pos[i] = (int32_t)(i == 0 ? maxpos : (int64_t)(ops_next() % (uint64_t)(maxpos + 1)));

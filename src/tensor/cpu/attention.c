@@ -24,15 +24,21 @@
  * tiles are [s0, min(s0 + BC, T)) in every pass) and each tile's products are
  * single-threaded sgemm calls (cpu_ops.h): the thread count never changes
  * the bits. */
+/* GCC will not if-convert (so not vectorise) the softmax loops' selects
+ * while it must preserve FP exception flags; nothing here reads them, and
+ * the flag changes no result bit (no reassociation, no contraction). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <math.h>
 
 #include "fmhpc/tensor.h"
 
 #include "cpu_ops.h"
 
-#define FM_ATT_BR    64  /* query rows per tile */
-#define FM_ATT_BC    64  /* key columns per tile */
-#define FM_ATT_HSMAX 256 /* largest head size (the forward accumulator lives on the stack) */
+#define FM_ATT_BR      64  /* query rows per tile */
+#define FM_ATT_BC      64  /* key columns per tile */
+#define FM_ATT_HSMAX   256 /* largest head size (the forward accumulator lives on the stack) */
 #define FM_ATT_OMP_MIN ((int64_t)1 << 18)
 
 typedef struct AttnArgs {
@@ -124,8 +130,7 @@ static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int6
 }
 
 void fm_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k, const float *v, int64_t ldq,
-                          int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV,
-                          int64_t HS) {
+                          int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
   attn_check(NH, NKV, HS);
   fm__cpu_blas_init();
   const AttnArgs a = {q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS, (float)(1.0 / sqrt((double)HS))};
@@ -199,7 +204,7 @@ static void bwd_kv_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int6
       tile_P_dS(S, dP, allow, gr, a, b, h, g, t0, nr, s0, nc, D);
       const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
       const float *dO = gr->dout + (b * T + t0) * ldo + h * HS;
-      if (dV) fm__cpu_gemm1(1, 0, nc, HS, nr, 1.0f, S, FM_ATT_BC, dO, ldo, 1.0f, dV, a->ldkv);    /* P^T dO */
+      if (dV) fm__cpu_gemm1(1, 0, nc, HS, nr, 1.0f, S, FM_ATT_BC, dO, ldo, 1.0f, dV, a->ldkv);        /* P^T dO */
       if (dK) fm__cpu_gemm1(1, 0, nc, HS, nr, a->scale, dP, FM_ATT_BC, Q, a->ldq, 1.0f, dK, a->ldkv); /* dS^T Q */
     }
   }
@@ -223,8 +228,8 @@ static void bwd_q_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64
 }
 
 void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
-                          const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
-                          const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+                          const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv, const int32_t *seg,
+                          int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
   attn_check(NH, NKV, HS);
   fm__cpu_blas_init();
   const AttnArgs a = {q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS, (float)(1.0 / sqrt((double)HS))};

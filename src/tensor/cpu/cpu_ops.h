@@ -51,8 +51,8 @@ static inline float fm__cpu_expf(float x) {
   float xc = x > 88.0f ? 88.0f : x;
   xc = xc >= -88.0f ? xc : -88.0f; /* NaN lands here too: no UB in the int cast */
   const float kf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
-  float r = xc - kf * 0.693359375f;                                          /* ln2 high part, exact product */
-  r = r + kf * 2.12194440e-4f;                                               /* ln2 low part */
+  float r = xc - kf * 0.693359375f;                                         /* ln2 high part, exact product */
+  r = r + kf * 2.12194440e-4f;                                              /* ln2 low part */
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;

@@ -1,8 +1,10 @@
 /* cpu/norm.c: LayerNorm (GPT-2; torch.nn.LayerNorm) and RMSNorm (Llama; HF
  * LlamaRMSNorm), forward and backward, over rows of C.
  *
- * Row statistics are summed in double in index order and rounded once to
- * the float mean/rstd that forward keeps and backward reuses. Backward's
+ * Row statistics are summed in double in a fixed order (8 interleaved
+ * lanes, lane j taking columns j, j+8, ..., the lanes then added in order:
+ * the same order whatever the thread count, and one that vectorises) and
+ * rounded once to the float mean/rstd that forward keeps and backward reuses. Backward's
  * weight gradients (sums over N rows) run column-parallel: a thread owns a
  * block of columns and walks every row in order, so each sum has one fixed
  * order whatever the thread count (no per-thread partials). */
@@ -14,6 +16,23 @@
 
 #define FM_NORM_OMP_MIN ((int64_t)1 << 14)
 #define FM_NORM_CB      64 /* columns per thread task in the dw/db pass */
+#define FM_NORM_LANES   8
+
+/* result = the row sum of `term` (an expression in i) in the lane order above. */
+#define FM_LANE_SUM(result, C, term)                                 \
+  do {                                                               \
+    double fm__acc[FM_NORM_LANES] = {0};                             \
+    int64_t c = 0;                                                   \
+    for (; c + FM_NORM_LANES <= (C); c += FM_NORM_LANES)             \
+      for (int64_t j = 0; j < FM_NORM_LANES; j++) {                  \
+        const int64_t i = c + j;                                     \
+        fm__acc[j] += (term);                                        \
+      }                                                              \
+    double fm__s = 0.0;                                              \
+    for (int64_t j = 0; j < FM_NORM_LANES; j++) fm__s += fm__acc[j]; \
+    for (int64_t i = c; i < (C); i++) fm__s += (term);               \
+    (result) = fm__s;                                                \
+  } while (0)
 
 /* ---- LayerNorm --------------------------------------------------------------- */
 /* As torch.nn.LayerNorm: biased variance, eps inside the sqrt;
@@ -23,11 +42,10 @@ void fm_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp
 #pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
   for (int64_t n = 0; n < N; n++) {
     const float *x = inp + n * C;
-    double s = 0.0;
-    for (int64_t c = 0; c < C; c++) s += x[c];
+    double s, v;
+    FM_LANE_SUM(s, C, (double)x[i]);
     const double mu = s / (double)C;
-    double v = 0.0;
-    for (int64_t c = 0; c < C; c++) v += (x[c] - mu) * (x[c] - mu);
+    FM_LANE_SUM(v, C, ((double)x[i] - mu) * ((double)x[i] - mu));
     const float m = (float)mu;
     const float r = (float)(1.0 / sqrt(v / (double)C + (double)eps));
     float *o = out + n * C;
@@ -78,12 +96,9 @@ void fm_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, 
     for (int64_t n = 0; n < N; n++) {
       const float *x = inp + n * C, *d = dout + n * C;
       const float m = mean[n], r = rstd[n];
-      double sd = 0.0, sdx = 0.0;
-      for (int64_t c = 0; c < C; c++) {
-        const float dn = d[c] * w[c];
-        sd += dn;
-        sdx += (double)(dn * ((x[c] - m) * r));
-      }
+      double sd, sdx;
+      FM_LANE_SUM(sd, C, (double)(d[i] * w[i]));
+      FM_LANE_SUM(sdx, C, (double)((d[i] * w[i]) * ((x[i] - m) * r)));
       const float md = (float)(sd / (double)C), mdx = (float)(sdx / (double)C);
       float *di = dinp + n * C;
 #pragma omp simd
@@ -102,8 +117,8 @@ void fm_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *
 #pragma omp parallel for schedule(static) if (N * C >= FM_NORM_OMP_MIN)
   for (int64_t n = 0; n < N; n++) {
     const float *x = inp + n * C;
-    double s = 0.0;
-    for (int64_t c = 0; c < C; c++) s += (double)x[c] * x[c];
+    double s;
+    FM_LANE_SUM(s, C, (double)x[i] * x[i]);
     const float r = (float)(1.0 / sqrt(s / (double)C + (double)eps));
     float *o = out + n * C;
 #pragma omp simd
@@ -120,8 +135,8 @@ void fm_cpu_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *
     for (int64_t n = 0; n < N; n++) {
       const float *x = inp + n * C, *d = dout + n * C;
       const float r = rstd[n];
-      double sdx = 0.0;
-      for (int64_t c = 0; c < C; c++) sdx += (double)((d[c] * w[c]) * (x[c] * r));
+      double sdx;
+      FM_LANE_SUM(sdx, C, (double)((d[i] * w[i]) * (x[i] * r)));
       const float mdx = (float)(sdx / (double)C);
       float *di = dinp + n * C;
 #pragma omp simd

@@ -18,6 +18,12 @@
  * scratch (fm_cpu_xent_scratch floats): the logits tiles of all rows for one
  * chunk (N x min(V, FM_XENT_VC)), then lse (N floats), then the per-row
  * weighted losses (N doubles, stored through memcpy: scratch is float). */
+/* GCC will not if-convert (so not vectorise) the softmax loops' selects
+ * while it must preserve FP exception flags; nothing here reads them, and
+ * the flag changes no result bit (no reassociation, no contraction). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
 #include <math.h>
 #include <string.h>
 
@@ -78,7 +84,8 @@ static void lse_block(float *lse, float *loss_d, float *tiles, const float *x, c
 
 /* Pass 2 for rows [r0, r0+nr) of chunk [v0, v0+vc): the tile becomes
  * dlogits = (softmax - onehot) * weight, then dx += dlogits w_chunk. */
-static void grad_block(float *dx, float *tiles, const float *lse, const float *x, const float *w, const int32_t *targets, const float *weight, int64_t r0, int64_t nr, int64_t v0, int64_t vc,
+static void grad_block(float *dx, float *tiles, const float *lse, const float *x, const float *w,
+                       const int32_t *targets, const float *weight, int64_t r0, int64_t nr, int64_t v0, int64_t vc,
                        int64_t C, int64_t V) {
   const int64_t vce = chunk_cols(V);
   float *tile = tiles + r0 * vce;

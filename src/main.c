@@ -177,13 +177,15 @@ int main(int argc, char **argv) {
     rc = run_check(&deck, &a, world, stdout);
   } else if (!strcmp(task, "prep")) {
     rc = fm_prep_run(&deck, world, stdout);
+  } else if (!strcmp(task, "tokenizer")) {
+    rc = fm_tokenizer_task(&deck, world, stdout);
   } else if (!strcmp(task, "train")) {
     rc = fm_train_run(&deck, world, stdout);
   } else if (!strcmp(task, "export")) {
     rc = fm_interop_export_task(&deck, world, err);
   } else {
     if (err)
-      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, train, export\n", task,
+      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, train, export\n", task,
               FM_VERSION_STRING);
     rc = FM_EUNSUPPORTED;
   }

@@ -98,6 +98,12 @@ typedef struct FmBpeTrainOpts {
  * on by all ranks. */
 int fm_bpe_train(const FmBpeTrainOpts *o, FmComm *comm, FmTokenizer **out, FILE *log);
 
+/* task='tokenizer' (src/data/tok_task.c): train on the &tokenizer inputs
+ * (JSONL globs; each record's 'text') and write &tokenizer output. */
+#include "fmhpc/deck.h"
+#include "fmhpc/runtime.h"
+int fm_tokenizer_task(const FmDeck *deck, FmComm *world, FILE *log);
+
 /* ---- command line (fmhpc --encode/--decode TOK) -------------------------- */
 /* Read a text file, gunzipping *.gz (documents of corpora and tests). */
 int fm_tok_read_text(const char *path, char **text, size_t *len);

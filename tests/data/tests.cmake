@@ -14,3 +14,9 @@ foreach(case IN ITEMS full ranks simple bfd bfd_split resume codecs bad sft)
   set_tests_properties(data.prep_${case} PROPERTIES FIXTURES_REQUIRED data_fx LABELS unit TIMEOUT 300
                        ENVIRONMENT "${FMHPC_TEST_ENV}" PASS_REGULAR_EXPRESSION "PASS: ${case}")
 endforeach()
+# task='tokenizer' from the shipped deck: same file at 1 and 3 ranks, round trip.
+add_test(NAME data.tokenizer_task
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/tok_task.sh $<TARGET_FILE:fmhpc> ${MPIEXEC_EXECUTABLE} ${FM_DATA_FX}
+                 ${PROJECT_BINARY_DIR}/tests/data/work_tokenizer)
+set_tests_properties(data.tokenizer_task PROPERTIES FIXTURES_REQUIRED data_fx LABELS unit TIMEOUT 300
+                     ENVIRONMENT "${FMHPC_TEST_ENV}" PASS_REGULAR_EXPRESSION "PASS: tokenizer task")

@@ -1,0 +1,163 @@
+/* tok_task.c: task='tokenizer': train a byte-level BPE on the &tokenizer
+ * inputs (JSONL globs, plain/.gz/.zst, one document per record's `text`)
+ * with fm_bpe_train and write tokenizer.json. Rank 0 expands the globs and
+ * broadcasts the sorted list so every rank numbers the records alike; the
+ * trainer asks each rank for its documents in increasing order, which a
+ * forward-only stream over the files serves. */
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmhpc/data.h"
+#include "fmhpc/json.h"
+#include "fmhpc/tokenizer.h"
+
+typedef struct Corpus {
+  char **files;
+  int nfiles, cur;
+  FmJsonl *r;
+  int64_t next; /* index of the record the stream reads next */
+  FILE *err;
+} Corpus;
+
+static int corpus_files(Corpus *c, const FmDeck *deck, FmComm *world, FILE *err) {
+  const FmConfig *cfg = &deck->c;
+  FmStr list;
+  fm_str_init(&list);
+  int32_t rc = 0;
+  if (world->rank == 0) {
+    if (cfg->tokenizer.inputs_n == 0) {
+      fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "task = 'tokenizer' needs input globs");
+      rc = FM_EDECK;
+    }
+    for (int i = 0; i < cfg->tokenizer.inputs_n && !rc; i++) {
+      glob_t g;
+      if (glob(cfg->tokenizer.inputs[i], 0, NULL, &g) != 0) {
+        fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "'%s' matches no file", cfg->tokenizer.inputs[i]);
+        rc = FM_EDECK;
+        continue;
+      }
+      for (size_t k = 0; k < g.gl_pathc; k++) fm_str_printf(&list, "%s\n", g.gl_pathv[k]);
+      globfree(&g);
+    }
+  }
+  fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
+  if (rc) {
+    fm_str_free(&list);
+    return rc;
+  }
+  char *s = list.s;
+  fm_comm_bcast_str(world, &s, 0);
+  for (char *q = s; *q;) {
+    char *nl = strchr(q, '\n');
+    c->files = fm_xrealloc(c->files, (size_t)(c->nfiles + 1) * sizeof *c->files);
+    c->files[c->nfiles++] = fm_xstrndup(q, (size_t)(nl - q));
+    q = nl + 1;
+  }
+  if (s != list.s) free(s);
+  fm_str_free(&list);
+  return 0;
+}
+
+/* Next non-blank record of the corpus (1), end (0) or an error (<0). */
+static int next_record(Corpus *c, const char **line, size_t *len, int64_t *lineno) {
+  for (;;) {
+    if (!c->r) {
+      if (c->cur == c->nfiles) return 0;
+      int rc = fm_jsonl_open(&c->r, c->files[c->cur], c->err);
+      if (rc) return rc;
+    }
+    int got = fm_jsonl_next(c->r, line, len, lineno);
+    if (got < 0) return got;
+    if (got == 0) {
+      fm_jsonl_close(c->r);
+      c->r = NULL;
+      c->cur++;
+      continue;
+    }
+    size_t k = 0;
+    while (k < *len && ((*line)[k] == ' ' || (*line)[k] == '\t' || (*line)[k] == '\r')) k++;
+    if (k < *len) return 1;
+  }
+}
+
+static void rewind_corpus(Corpus *c) {
+  if (c->r) fm_jsonl_close(c->r);
+  c->r = NULL;
+  c->cur = 0;
+  c->next = 0;
+}
+
+static int read_doc(void *ctx, int64_t i, char **text, size_t *len) {
+  Corpus *c = ctx;
+  const char *line = NULL;
+  size_t n = 0;
+  int64_t lineno = 0;
+  if (i < c->next) return FM_EINVAL; /* the trainer asks in increasing order */
+  for (;;) {
+    int got = next_record(c, &line, &n, &lineno);
+    if (got <= 0) return got < 0 ? got : FM_EINVAL;
+    if (c->next++ == i) break;
+  }
+  FmJsonDoc d;
+  FmJsonError e;
+  if (fm_json_parse(&d, line, n, 64, &e)) {
+    fm_err("%s:%lld:%d: malformed JSON: %s", c->files[c->cur], (long long)lineno, e.col, e.msg);
+    return FM_EDATA;
+  }
+  const FmJson *t = fm_json_get(&d.root, "text");
+  if (!t || t->type != FM_JSON_STR) {
+    fm_err("%s:%lld: record has no string field 'text'", c->files[c->cur], (long long)lineno);
+    fm_json_free(&d);
+    return FM_EDATA;
+  }
+  *text = fm_xstrndup(t->s, t->len);
+  *len = t->len;
+  fm_json_free(&d);
+  return 0;
+}
+
+int fm_tokenizer_task(const FmDeck *deck, FmComm *world, FILE *log) {
+  const FmConfig *cfg = &deck->c;
+  FILE *err = world->rank == 0 ? stderr : NULL;
+  Corpus c = {.err = stderr};
+  int rc = corpus_files(&c, deck, world, err);
+  int64_t ndocs = 0;
+  if (!rc) { /* every rank counts the same records of the same files */
+    const char *line;
+    size_t n;
+    int64_t lineno;
+    int got;
+    while ((got = next_record(&c, &line, &n, &lineno)) > 0) ndocs++;
+    rc = got;
+    rewind_corpus(&c);
+  }
+  if (!rc && world->rank == 0)
+    fprintf(log, "tokenizer: %d files, %lld documents, vocab %lld, %d ranks\n", c.nfiles, (long long)ndocs,
+            (long long)cfg->tokenizer.vocab_size, world->size);
+  FmTokenizer *tok = NULL;
+  if (!rc) {
+    const char *pattern = fm_strcasecmp(cfg->tokenizer.pattern, "gpt2") == 0 ? FM_TOK_PATTERN_GPT2 : FM_TOK_PATTERN_CL100K;
+    FmBpeTrainOpts o = {.vocab_size = cfg->tokenizer.vocab_size,
+                        .specials = (const char *const *)cfg->tokenizer.special_tokens,
+                        .nspecials = cfg->tokenizer.special_tokens_n,
+                        .pattern = pattern,
+                        .min_frequency = cfg->tokenizer.min_frequency,
+                        .ndocs = ndocs,
+                        .read_doc = read_doc,
+                        .ctx = &c};
+    rc = fm_bpe_train(&o, world, &tok, world->rank == 0 ? log : NULL);
+  }
+  if (!rc && world->rank == 0) {
+    rc = fm_tok_save_json(tok, cfg->tokenizer.output, stderr);
+    if (!rc)
+      fprintf(log, "tokenizer: wrote %s (%lld ids, sha256 %s)\n", cfg->tokenizer.output,
+              (long long)fm_tok_vocab_size(tok), fm_tok_hash(tok));
+  }
+  fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
+  if (tok) fm_tok_free(tok);
+  rewind_corpus(&c);
+  for (int i = 0; i < c.nfiles; i++) free(c.files[i]);
+  free(c.files);
+  return rc;
+}

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "fmhpc/data.h"
+#include "fmhpc/eval.h"
 #include "fmhpc/hash.h"
 #include "fmhpc/interop.h"
 #include "fmhpc/metrics.h"
@@ -167,43 +168,6 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   return 0;
 }
 
-/* ---- validation ------------------------------------------------------- */
-
-/* Mean loss over &eval batches micro-batches of the validation store (the
- * first batches*b samples, wrapping), shared round-robin over ranks and summed
- * in batch order. */
-static double evaluate(Run *r, int64_t *ntok) {
-  const int64_t nb = r->c->eval.batches, P = r->dp->size, K = (nb + P - 1) / P;
-  const int64_t N = fm_store_info(r->valid)->n_seq, bt = r->b * r->T;
-  double *mine = fm_xcalloc((size_t)(2 * K), sizeof *mine), *all = fm_xcalloc((size_t)(2 * K * P), sizeof *all);
-  float *w = fm_xcalloc((size_t)bt, sizeof *w);
-  int64_t ids[4096];
-  for (int64_t k = 0; k < K; k++) {
-    const int64_t i = k * P + r->dp->rank;
-    const int64_t n = i < nb ? r->b : 0;
-    for (int64_t s = 0; s < n; s++) ids[s] = (i * r->b + s) % N;
-    FM_CHECK(fm_store_read_batch_coll(r->valid, ids, n, &r->mb[0]));
-    if (!n) continue;
-    int64_t cnt = 0;
-    for (int64_t j = 0; j < bt; j++) cnt += r->mb[0].loss_mask[j], w[j] = r->mb[0].loss_mask[j] ? 1.0f : 0.0f;
-    FmModelInput in = model_input(&r->mb[0], NULL);
-    mine[2 * k] = fm_model_forward_backward(r->model, &in, w, false);
-    mine[2 * k + 1] = (double)cnt; /* exact below 2^53 */
-  }
-  FM_CHECK(fm_comm_allgather(r->dp, mine, all, 2 * K, FM_DT_F64));
-  double sum = 0, cnt = 0;
-  for (int64_t i = 0; i < nb; i++) {
-    const int64_t src = (i % P) * 2 * K + 2 * (i / P);
-    sum += all[src];
-    cnt += all[src + 1];
-  }
-  free(mine);
-  free(all);
-  free(w);
-  *ntok = (int64_t)cnt;
-  return cnt > 0 ? sum / cnt : NAN;
-}
-
 /* ---- setup ------------------------------------------------------------ */
 
 /* This rank's sustained fp32 GEMM rate on a 512^3 problem (MFU's peak when
@@ -352,6 +316,20 @@ static void log_step(const Run *r, const FmStepRecord *s, double elapsed) {
           s->skipped ? " | SKIPPED" : "");
 }
 
+/* &log act_stats: the residual stream's variance after each block, from the
+ * last micro-batch's forward of this step (growth with depth is what the
+ * residual-scaled init is meant to tame). */
+static void log_act_stats(Run *r, int64_t step) {
+  double var[1024];
+  if (r->dims.L > 1024) return;
+  int L = fm_model_act_stats(r->model, var);
+  FmStr s;
+  fm_str_init(&s);
+  for (int l = 0; l < L; l++) fm_str_printf(&s, " %.4g", var[l]);
+  fm_log0("act_stats step %lld (rank 0's last micro-batch): residual variance per layer:%s", (long long)step, s.s);
+  fm_str_free(&s);
+}
+
 /* SHA-256 of the final fp32 weights: a run states what it produced, and two
  * runs that should agree bit for bit can be compared from their summaries. */
 static void weights_hash(Run *r, char hex[65]) {
@@ -402,10 +380,11 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   for (int64_t step = 0; step < c->train.steps; step++) {
     train_step(&r, step, &rec);
     fm_metrics_step(r.metrics, &rec);
+    if (c->log.act_stats == rec.step) log_act_stats(&r, rec.step);
     if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps) log_step(&r, &rec, now_s() - t0);
     if (r.valid && c->eval.every > 0 && rec.step % c->eval.every == 0 && rec.step != c->train.steps) {
       int64_t nt;
-      double v = evaluate(&r, &nt);
+      double v = fm_eval_loss(r.model, r.valid, &r.mb[0], c->eval.batches, dp, &nt);
       fm_metrics_eval(r.metrics, rec.step, v, nt);
       fm_log0("eval  %5lld | val_loss %.4f | ppl %.2f | %lld tokens", (long long)rec.step, v, exp(v), (long long)nt);
     }
@@ -413,7 +392,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   double val = NAN;
   if (r.valid) {
     int64_t nt;
-    val = evaluate(&r, &nt);
+    val = fm_eval_loss(r.model, r.valid, &r.mb[0], c->eval.batches, dp, &nt);
     fm_metrics_eval(r.metrics, rec.step, val, nt);
     fm_log0("eval  %5lld | val_loss %.4f | ppl %.2f | %lld tokens", (long long)rec.step, val, exp(val), (long long)nt);
   }

@@ -17,3 +17,14 @@ foreach(cfg "gpt2;1" "gpt2;0" "llama;0" "llama;1")
   set_tests_properties(model.torch_parity.${arch}_tied${tied} PROPERTIES SKIP_RETURN_CODE 77 LABELS unit
                        ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)
 endforeach()
+# 10 AdamW steps from the same weights and batches: every loss within 1e-5 of PyTorch.
+add_executable(adamw_steps ${CMAKE_CURRENT_LIST_DIR}/adamw_steps.c)
+target_link_libraries(adamw_steps PRIVATE fmhpc_lib)
+target_compile_options(adamw_steps PRIVATE ${FMHPC_C_FLAGS})
+foreach(arch gpt2 llama)
+  add_test(NAME model.torch_adamw_steps.${arch}
+           COMMAND ${FMHPC_TORCH_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/adamw_steps.py $<TARGET_FILE:adamw_steps>
+                   ${PROJECT_BINARY_DIR}/tests/model_ref ${arch} 0)
+  set_tests_properties(model.torch_adamw_steps.${arch} PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
+                       TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS: 10 AdamW steps")
+endforeach()

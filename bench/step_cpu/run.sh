@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# bench/step_cpu/run.sh: one CPU training step (forward + backward + AdamW) of
+# fmhpc and of PyTorch (python3-torch 1.13, float32) on the same model, batch
+# and thread count: GPT-2 124M at B=4, T=64 and T=256, and the nano Llama.
+# Prints ms/step, tokens/s, GFLOP/s (6N + attention per token), the share of
+# the machine's measured fp32 GEMM peak (multi-threaded OpenBLAS sgemm 2048^3),
+# and fmhpc/PyTorch. Goals: >= 2x PyTorch's tokens/s at T=256, >= 60% of peak.
+# Not run in CI.   bench/step_cpu/run.sh [BUILD_DIR] [THREADS (nproc)] [STEPS (5)]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
+THREADS="${2:-$(nproc)}"
+STEPS="${3:-5}"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+cc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" $(pkg-config --cflags openblas) \
+   "$ROOT/bench/step_cpu/bench_step.c" "$BUILD/libfmhpc_lib.a" \
+   $(pkg-config --libs openblas libpcre2-8 libzstd zlib) -lm -o "$OUT/bench_step"
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $THREADS threads; $STEPS timed steps"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+printf "%-22s %9s %9s %9s %9s %7s %9s %9s %7s\n" case fm_ms fm_tok/s GFLOP/s peak %peak pt_ms pt_tok/s ratio
+while read -r name arch C L NH NKV F V T B; do
+  f=$(OMP_NUM_THREADS=$THREADS "$OUT/bench_step" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
+  p=$(/usr/bin/python3 "$ROOT/bench/step_cpu/torch_step.py" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
+  get() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+  awk -v n="$name" -v fm="$(get ms_step "$f")" -v ft="$(get tok_s "$f")" -v g="$(get gflops "$f")" \
+      -v pk="$(get peak_gflops "$f")" -v pm="$(get ms_step "$p")" -v pt="$(get tok_s "$p")" 'BEGIN {
+    printf "%-22s %9.1f %9.0f %9.2f %9.2f %6.1f%% %9.1f %9.0f %6.2fx\n", n, fm, ft, g, pk, 100*g/pk, pm, pt, ft/pt }'
+done <<'CASES'
+gpt2_124M_T64   gpt2  768 12 12 12 3072 50257 64  4
+gpt2_124M_T256  gpt2  768 12 12 12 3072 50257 256 4
+llama_nano_T128 llama 128 4  4  2  352  50257 128 4
+CASES
+echo "goals: fmhpc >= 2x PyTorch tokens/s at gpt2_124M_T256; GFLOP/s >= 60% of the measured GEMM peak"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# nano_curve.sh FMHPC MPIEXEC WORK: the README's main job as a regression
+# case: inputs/gpt2_nano.in for its full 300 steps on 2 ranks over the prepped
+# linux-doc corpus (regression/prep_nano.sh), then check_curve.py against
+# regression/reference/gpt2_nano.json. ctest's timeout (600 s) is the
+# "under 10 minutes on 2 cores" bound.
+set -euo pipefail
+fmhpc=$1 mpiexec=$2 work=$3
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$work"
+rm -rf runs/gpt2_nano
+start=$(date +%s)
+OMP_NUM_THREADS=1 "$mpiexec" -n 2 "$fmhpc" "$repo/inputs/gpt2_nano.in" > nano.log
+echo "trained in $(( $(date +%s) - start )) s"
+grep -E "^done:" nano.log
+/usr/bin/python3 "$repo/regression/check_curve.py" runs/gpt2_nano/metrics.jsonl "$repo/regression/reference/gpt2_nano.json"

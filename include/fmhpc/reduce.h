@@ -13,8 +13,8 @@
  * room for the sum of all M micro-batches in 62 bits. A value that does not
  * fit sets an overflow flag; the flag and the maxima are reduced over ranks,
  * identically everywhere, and the step is computed again with scales from
- * this step's maxima. Precision: about 62 - log2(M) - 13 bits below the
- * block's largest value, more than fp32 carries.
+ * this step's maxima. Precision: about min(51, 62 - log2 M) - 13 bits below
+ * the block's largest value, more than fp32 carries.
  *
  * Fast mode: fp32 gradients summed by the model over micro-batches and
  * reduce-scattered as floats: the order the collective adds them changes the

@@ -4,6 +4,7 @@
  * for any number of data-parallel ranks. */
 #include "fmhpc/reduce.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,10 +40,11 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   /* Before any step: assume gradients of a mean loss stay below 1 (a larger
    * one just costs one redo of the first step). */
   for (int64_t b = 0; b < g->nblocks; b++) g->amax_prev[b] = 1.0f;
-  /* One micro-batch may add up to 2^62 / 2^ceil(log2 M): M of them fit. */
+  /* One micro-batch may add up to 2^62 / 2^ceil(log2 M), so M of them fit,
+   * and at most 2^51, which the rounding trick in add_block needs. */
   int lg = 0;
   while (((int64_t)1 << lg) < M) lg++;
-  g->limit = (int64_t)1 << (62 - lg);
+  g->limit = (int64_t)1 << (62 - lg < 51 ? 62 - lg : 51);
   if (exact) {
     g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
     g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
@@ -90,26 +92,38 @@ void fm_reduce_begin(FmReduce *g) {
 }
 
 /* Quantise and add elements [i0, i1) of one block (same scale) into dst,
- * which holds element i0 at dst[0]. Returns the block's max |g|. */
-static float add_block(int64_t *dst, const float *src, int64_t count, int32_t s, int64_t limit, int32_t *overflow,
-                       int32_t *nonfinite) {
+ * which holds element i0 at dst[0]. Returns the block's max |g|.
+ * Two passes so the second has no branches and vectorises: the block's max
+ * (and NaN/Inf) first, then, when the max fits, every value rounded to the
+ * nearest integer by the 1.5*2^52 trick: y = v*2^s + M leaves round(v*2^s)
+ * in y's low mantissa bits (exact: v*2^s is a power-of-two scaling, and
+ * |v*2^s| < 2^51 by the limit), read back by subtracting M's bit pattern. */
+static float add_block(int64_t *restrict dst, const float *restrict src, int64_t count, int32_t s, int64_t limit,
+                       int32_t *overflow, int32_t *nonfinite) {
   const double scale = ldexp(1.0, s);
-  const double lim = (double)limit;
   float amax = 0.0f;
+  int bad = 0;
   for (int64_t i = 0; i < count; i++) {
-    float v = src[i];
-    float a = fabsf(v);
-    if (!isfinite(v)) {
-      *nonfinite = 1;
-      continue;
-    }
-    if (a > amax) amax = a;
-    double q = nearbyint((double)v * scale); /* exact product: v has 24 bits, scale is 2^s */
-    if (fabs(q) > lim) {
-      *overflow = 1;
-      continue;
-    }
-    dst[i] += (int64_t)q;
+    const float a = fabsf(src[i]);
+    bad |= !(a <= FLT_MAX); /* NaN or Inf */
+    amax = a > amax ? a : amax;
+  }
+  if (bad) {
+    *nonfinite = 1;
+    return amax;
+  }
+  if ((double)amax * scale > (double)limit) {
+    *overflow = 1;
+    return amax;
+  }
+  const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+  int64_t magic_bits;
+  memcpy(&magic_bits, &magic, sizeof magic_bits);
+  for (int64_t i = 0; i < count; i++) {
+    const double y = (double)src[i] * scale + magic;
+    int64_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    dst[i] += bits - magic_bits;
   }
   return amax;
 }
@@ -164,9 +178,10 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     return 1;
   }
   FM_CHECK(fm_comm_reduce_scatter(g->comm, g->acc, g->acc_shard, g->S, FM_DT_I64, FM_OP_SUM));
-  for (int64_t i = 0; i < len; i++) {
-    const int64_t b = (lo + i) / FM_CLIP_BLOCK;
-    shard_out[i] = (float)ldexp((double)g->acc_shard[i], -g->exp2[b]);
+  for (int64_t i0 = 0; i0 < len; i0 += FM_CLIP_BLOCK) { /* shards start on block boundaries */
+    const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_CLIP_BLOCK]);
+    const int64_t i1 = i0 + FM_CLIP_BLOCK < len ? i0 + FM_CLIP_BLOCK : len;
+    for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)g->acc_shard[i] * inv);
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "fmhpc/data.h"
 #include "fmhpc/deck.h"
 #include "fmhpc/eval.h"
+#include "fmhpc/generate.h"
 #include "fmhpc/interop.h"
 #include "fmhpc/runtime.h"
 #include "fmhpc/tokenizer.h"
@@ -182,13 +183,15 @@ int main(int argc, char **argv) {
     rc = fm_tokenizer_task(&deck, world, stdout);
   } else if (!strcmp(task, "eval")) {
     rc = fm_eval_task(&deck, world, stdout);
+  } else if (!strcmp(task, "generate")) {
+    rc = fm_generate_task(&deck, world, stdout);
   } else if (!strcmp(task, "train")) {
     rc = fm_train_run(&deck, world, stdout);
   } else if (!strcmp(task, "export")) {
     rc = fm_interop_export_task(&deck, world, err);
   } else {
     if (err)
-      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, train, eval, export\n", task,
+      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, train, eval, generate, export\n", task,
               FM_VERSION_STRING);
     rc = FM_EUNSUPPORTED;
   }

@@ -81,6 +81,10 @@ typedef struct FmBackend {
   void (*attention_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                         const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                         const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+  /* Generation's decode step (fm_cpu_attention_decode); optional: NULL where
+   * the backend has none yet (CUDA), and only generation needs it. */
+  void (*attention_decode)(float *out, const float *q, const float *kc, const float *vc, int64_t ldq, int64_t ldkv,
+                           const int32_t *pos, int64_t B, int64_t Tc, int64_t NH, int64_t NKV, int64_t HS);
   double (*xent_fwd_bwd)(float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
                          const float *weight, int64_t N, int64_t C, int64_t V, float *scratch);
   void (*embedding_fwd)(float *out, const int32_t *tokens, const float *wte, const int32_t *pos, const float *wpe,
@@ -163,6 +167,16 @@ void fm_cpu_attention_fwd(float *out, float *lse, const float *q, const float *k
 void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, const float *out, const float *lse,
                           const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                           const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS);
+/* Decode attention: one new query row per sequence against a key/value cache
+ * (generation). Sequence b's query (head h at q + b*ldq + h*HS) attends keys
+ * s = 0..pos[b] of its cache rows, kv head g of row (b, s) at
+ * kc + (b*Tc + s)*ldkv + g*HS (vc alike); GQA as attention_fwd. out (B, NH*HS)
+ * dense. The value is row pos[b] of attention_fwd over the same keys with seg
+ * NULL, computed by the same tiles and online softmax with one query row:
+ * equal within 1e-6 relative (tests/unit/test_generate.c; bitwise where the
+ * sgemm's per-element order does not depend on the row count). No lse. */
+void fm_cpu_attention_decode(float *out, const float *q, const float *kc, const float *vc, int64_t ldq, int64_t ldkv,
+                             const int32_t *pos, int64_t B, int64_t Tc, int64_t NH, int64_t NKV, int64_t HS);
 /* The output projection fused with softmax cross-entropy, in vocab chunks:
  * logits = x (N, C) @ w^T, w (V, C). Returns sum_n weight[n] * loss_n in
  * double (weight[n] = 0 masks a token; the caller passes 1/(global unmasked

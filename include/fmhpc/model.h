@@ -128,6 +128,27 @@ void fm_model_set_compute_bf16(FmModel *m, bool on);
  * generation pass the last position of each sequence. */
 void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, int64_t n_rows, float *logits_out);
 
+/* ---- generation: prefill + key/value-cache decode ------------------------ */
+/* Prefill is fm_model_logits on a model made without recompute, with B
+ * sequences laid out (B, T) (prompt b in row b, positions 0..T-1, padded
+ * after its end with any token; rows = b*T + len_b - 1): the forward keeps
+ * every layer's k and v, which are the key/value cache (L, B, T, NKV*HS),
+ * preallocated at create. A decode model then runs one new position per
+ * sequence through the same forward code (T = 1), writing its k and v into
+ * that cache and attending keys 0..pos[b] (backend attention_decode).
+ *
+ * Make the decode model of m (created with recompute off; FM_EINVAL with a
+ * message when m recomputes or the backend lacks attention_decode). It
+ * shares m's weights and cache: m must outlive it, and a forward of m
+ * (prefill) starts a new batch of sequences. Free it with fm_model_free. */
+int fm_model_gen_create(FmModel **dec, FmModel *m, FILE *err);
+/* One decode step: tokens[b] (host, B) sits at position pos[b] (host, B; the
+ * cache must hold positions 0..pos[b]-1 of sequence b, from the prefill or
+ * earlier steps; pos[b] < T). logits_out (host, B x V): the next-token
+ * logits of each sequence, equal to fm_model_logits at row b*T + pos[b] of
+ * the whole sequence within 1e-5 (tests/unit/test_generate.c). */
+void fm_model_decode(FmModel *dec, const int32_t *tokens, const int32_t *pos, float *logits_out);
+
 /* Residual-stream variance after each block of the last forward (&log
  * act_stats): var_per_layer[l] = mean(x^2) - mean(x)^2 over the B*T*C values
  * of block l's output, summed in double. Returns L. */

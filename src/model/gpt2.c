@@ -169,7 +169,12 @@ static void gpt2_block_fwd(FmModel *m, int64_t l) {
   be->layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, a.in, w.ln1_w, w.ln1_b, N, C, eps);
   be->matmul_fwd(a.qkv, a.ln1, w.wqkv, w.bqkv, N, C, 3 * C);
   fm__round_act(m, a.qkv, N * 3 * C);
-  be->attention_fwd(a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C, seg, B, T, NH, NH, HS);
+  if (m->parent) { /* generation: one new row per sequence against the cache */
+    float *cache = fm__act(m->parent, A_qkv, l);
+    fm__model_decode_attend(m, a.atty, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C, cache + C, cache + 2 * C, 3 * C);
+  } else {
+    be->attention_fwd(a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C, seg, B, T, NH, NH, HS);
+  }
   fm__round_act(m, a.atty, N * C);
   be->matmul_fwd(a.res_att, a.atty, w.wo, w.bo, N, C, C);
   fm__round_act(m, a.res_att, N * C);

@@ -170,7 +170,11 @@ static void llama_block_fwd(FmModel *m, int64_t l) {
   be->rope_fwd(a.k, m->pos, N, KV, NKV, HS, theta);
   fm__round_act(m, a.q, N * Q); /* once after RoPE: autocast keeps q, k in bf16 there */
   fm__round_act(m, a.k, N * KV);
-  be->attention_fwd(a.atty, a.lse, a.q, a.k, a.v, Q, KV, seg, B, T, NH, NKV, HS);
+  if (m->parent) /* generation: one new row per sequence against the cache */
+    fm__model_decode_attend(m, a.atty, a.q, a.k, a.v, Q, KV, fm__act(m->parent, A_k, l), fm__act(m->parent, A_v, l),
+                            KV);
+  else
+    be->attention_fwd(a.atty, a.lse, a.q, a.k, a.v, Q, KV, seg, B, T, NH, NKV, HS);
   fm__round_act(m, a.atty, N * Q);
   be->matmul_fwd(a.res_att, a.atty, w.wo, NULL, N, Q, C);
   fm__round_act(m, a.res_att, N * C);

@@ -42,6 +42,13 @@ struct FmModel {
   bool seg_on;
   float *host_stage;           /* host, B*T*C floats: act stats when the backend is not host memory */
   float *rows_x, *rows_logits; /* backend: logits of up to B rows at a time */
+  /* Generation's decode model (fm_model_gen_create): T = 1, one new position
+   * per sequence, attending the key/value cache that is `parent`'s activation
+   * arena (its per-layer k and v, kept by a forward without recompute). The
+   * block code is the training code; only the attention call differs
+   * (fm__model_decode_attend). NULL for every other model. */
+  const FmModel *parent;
+  int32_t *dec_pos_host; /* host (B): the position each sequence decodes */
 };
 
 /* One activation tensor of the table; kind picks its copies (see above). */
@@ -60,6 +67,13 @@ static inline float *fm__par(const FmModel *m, float *arena, int id, int64_t l) 
   const FmTensor *t = &m->params.t[id];
   return arena + t->offset + (l >= 0 ? l * (t->numel / t->shape[0]) : 0);
 }
+
+/* Decode attention of block l in a decode model: write the new rows' k and v
+ * (B rows, stride ld_new) into the parent's cache (kc, vc: rows of the
+ * parent's (B, T) layout, stride ldkv) at each sequence's position, then
+ * attend positions 0..pos[b]. out (B, NH*HS). */
+void fm__model_decode_attend(const FmModel *m, float *out, const float *q, const float *k, const float *v,
+                             int64_t ldq, int64_t ld_new, float *kc, float *vc, int64_t ldkv);
 
 /* bf16 compute (fm_model_set_compute_bf16) as torch.autocast does it: the
  * outputs of matmuls, attention, RoPE, GELU and SwiGLU are bf16 tensors, while

@@ -112,8 +112,14 @@ int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, c
   return FM_OK;
 }
 
+static void gen_free(FmModel *m);
+
 void fm_model_free(FmModel *m) {
   if (!m) return;
+  if (m->parent) {
+    gen_free(m);
+    return;
+  }
   m->be->free(m->param);
   m->be->free(m->grad);
   m->be->free(m->act);
@@ -174,6 +180,90 @@ void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, in
     be->matmul_fwd(m->rows_logits, m->rows_x, m->w_out, NULL, n, C, V);
     be->copy_to_host(logits_out + i * V, m->rows_logits, n * V * (int64_t)sizeof(float));
   }
+}
+
+/* ---- generation: the decode model ------------------------------------------------ */
+
+int fm_model_gen_create(FmModel **out, FmModel *m, FILE *err) {
+  *out = NULL;
+  const FmBackend *be = m->be;
+  if (m->recompute || m->parent) {
+    if (err) fprintf(err, "error: generation needs a model made without recompute (its activations are the cache)\n");
+    return FM_EINVAL;
+  }
+  if (!be->attention_decode) {
+    if (err) fprintf(err, "error: the %s backend has no attention_decode op: it cannot generate yet\n", be->name);
+    return FM_EINVAL;
+  }
+  FmModel *g = fm_xmalloc(sizeof *g);
+  memset(g, 0, sizeof *g);
+  g->kind = m->kind;
+  g->d = m->d;
+  g->d.T = 1; /* one new position per sequence */
+  g->be = be;
+  g->B = m->B;
+  g->recompute = true; /* one copy of each block buffer: nothing runs backward */
+  g->bf16 = m->bf16;
+  g->params = m->params; /* shared, not owned: same table, same arena */
+  g->param = m->param;
+  g->w_out = m->w_out;
+  g->parent = m;
+  fm_table_init(&g->acts);
+  g->kind->acts(&g->acts, &g->d, g->B, true);
+  const int64_t B = g->B, V = g->d.V;
+  g->act = be->alloc(g->acts.numel * (int64_t)sizeof(float));
+  g->tokens = be->alloc(4 * B * (int64_t)sizeof(int32_t));
+  g->targets = g->tokens + B;
+  g->pos = g->tokens + 2 * B;
+  g->seg = g->tokens + 3 * B;
+  g->rows_logits = be->alloc(B * V * (int64_t)sizeof(float));
+  be->memset(g->act, 0, g->acts.numel * (int64_t)sizeof(float));
+  be->memset(g->tokens, 0, 4 * B * (int64_t)sizeof(int32_t));
+  g->dec_pos_host = fm_xmalloc((size_t)B * sizeof(int32_t));
+  g->final = act_named(g, "final");
+  const int64_t kv = 2 * m->d.L * m->B * m->d.T * m->d.NKV * m->d.HS;
+  fm_log0("generation: key/value cache %.1f MiB (the model's activations, %lld sequences x %lld positions), "
+          "decode buffers %.1f MiB\n",
+          mib(kv, 4), (long long)B, (long long)m->d.T, mib(g->acts.numel + B * V + 4 * B, 4));
+  *out = g;
+  return FM_OK;
+}
+
+static void gen_free(FmModel *g) {
+  g->be->free(g->act);
+  g->be->free(g->tokens);
+  g->be->free(g->rows_logits);
+  free(g->dec_pos_host);
+  fm_table_free(&g->acts); /* params belong to the parent */
+  free(g);
+}
+
+void fm_model_decode(FmModel *g, const int32_t *tokens, const int32_t *pos, float *logits_out) {
+  if (!g->parent) fm_abort_one(1, "fm_model_decode: not a decode model (make it with fm_model_gen_create)");
+  const FmBackend *be = g->be;
+  const int64_t B = g->B, C = g->d.C, V = g->d.V;
+  memcpy(g->dec_pos_host, pos, (size_t)B * sizeof(int32_t));
+  be->copy_to_device(g->tokens, tokens, B * (int64_t)sizeof(int32_t));
+  be->copy_to_device(g->pos, pos, B * (int64_t)sizeof(int32_t));
+  g->kind->forward(g); /* the training forward with T = 1: embedding, blocks, final norm */
+  be->matmul_fwd(g->rows_logits, g->final, g->w_out, NULL, B, C, V);
+  be->copy_to_host(logits_out, g->rows_logits, B * V * (int64_t)sizeof(float));
+}
+
+void fm__model_decode_attend(const FmModel *m, float *out, const float *q, const float *k, const float *v,
+                             int64_t ldq, int64_t ld_new, float *kc, float *vc, int64_t ldkv) {
+  const FmBackend *be = m->be;
+  const FmModelDims *d = &m->d;
+  const int64_t Tc = m->parent->d.T, row = d->NKV * d->HS * (int64_t)sizeof(float);
+  for (int64_t b = 0; b < m->B; b++) {
+    const int64_t t = m->dec_pos_host[b];
+    if (t < 0 || t >= Tc)
+      fm_abort_one(1, "generation: sequence %lld decodes position %lld outside the context [0, %lld)", (long long)b,
+                   (long long)t, (long long)Tc);
+    be->copy(kc + (b * Tc + t) * ldkv, k + b * ld_new, row);
+    be->copy(vc + (b * Tc + t) * ldkv, v + b * ld_new, row);
+  }
+  be->attention_decode(out, q, kc, vc, ldq, ldkv, m->pos, m->B, Tc, d->NH, d->NKV, d->HS);
 }
 
 int fm_model_act_stats(FmModel *m, double *var_per_layer) {

@@ -34,6 +34,7 @@ static const FmBackend fm__cpu_backend = {
     .rope_bwd = fm_cpu_rope_bwd,
     .attention_fwd = fm_cpu_attention_fwd,
     .attention_bwd = fm_cpu_attention_bwd,
+    .attention_decode = fm_cpu_attention_decode,
     .xent_fwd_bwd = fm_cpu_xent_fwd_bwd,
     .embedding_fwd = fm_cpu_embedding_fwd,
     .embedding_bwd = fm_cpu_embedding_bwd,

@@ -253,3 +253,49 @@ void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
     }
   }
 }
+
+/* ---- decode (generation) ------------------------------------------------------- */
+/* fwd_block's algorithm for one query row at t = pos[b]: the same key tiles
+ * [s0, s0 + BC), cut at t + 1 (keys after t are not read: the cache holds
+ * nothing valid there yet). */
+static void decode_row(float *o, const float *Q, const float *kc, const float *vc, int64_t ldkv, int64_t t,
+                       int64_t HS, float scale) {
+  float S[FM_ATT_BC], acc[FM_ATT_HSMAX] = {0}, m = -INFINITY, l = 0.0f;
+  for (int64_t s0 = 0; s0 <= t; s0 += FM_ATT_BC) {
+    const int64_t nc = t + 1 - s0 < FM_ATT_BC ? t + 1 - s0 : FM_ATT_BC;
+    const float *K = kc + s0 * ldkv, *V = vc + s0 * ldkv;
+    fm__cpu_gemm1(0, 1, 1, nc, HS, scale, Q, HS, K, ldkv, 0.0f, S, FM_ATT_BC); /* S = scale q K^T */
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < nc; c++)
+      if (S[c] > mx) mx = S[c];
+    const float mnew = m > mx ? m : mx;
+    const float alpha = fm__cpu_expf(m - mnew);
+#pragma omp simd
+    for (int64_t c = 0; c < nc; c++) S[c] = fm__cpu_expf(S[c] - mnew);
+    float sum = 0.0f;
+    for (int64_t c = 0; c < nc; c++) sum += S[c]; /* in column order, as the forward */
+    l = l * alpha + sum;
+    m = mnew;
+    if (alpha != 1.0f)
+      for (int64_t d = 0; d < HS; d++) acc[d] = acc[d] * alpha;
+    fm__cpu_gemm1(0, 0, 1, HS, nc, 1.0f, S, FM_ATT_BC, V, ldkv, 1.0f, acc, HS); /* O += P V */
+  }
+  for (int64_t d = 0; d < HS; d++) o[d] = acc[d] / l;
+}
+
+void fm_cpu_attention_decode(float *out, const float *q, const float *kc, const float *vc, int64_t ldq, int64_t ldkv,
+                             const int32_t *pos, int64_t B, int64_t Tc, int64_t NH, int64_t NKV, int64_t HS) {
+  attn_check(NH, NKV, HS);
+  fm__cpu_blas_init();
+  const float scale = (float)(1.0 / sqrt((double)HS));
+  for (int64_t b = 0; b < B; b++)
+    if (pos[b] < 0 || pos[b] >= Tc)
+      fm_abort_one(1, "attention decode: pos[%lld] = %d outside the cache [0, %lld)", (long long)b, (int)pos[b],
+                   (long long)Tc);
+  const int64_t tasks = B * NH;
+#pragma omp parallel for schedule(dynamic, 1) if (tasks > 1 && B * NH * Tc * HS >= FM_ATT_OMP_MIN)
+  for (int64_t i = 0; i < tasks; i++) {
+    const int64_t b = i / NH, h = i % NH, g = h / (NH / NKV), off = b * Tc * ldkv + g * HS;
+    decode_row(out + b * NH * HS + h * HS, q + b * ldq + h * HS, kc + off, vc + off, ldkv, pos[b], HS, scale);
+  }
+}

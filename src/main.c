@@ -9,6 +9,7 @@
 #include "fmhpc/core.h"
 #include "fmhpc/data.h"
 #include "fmhpc/deck.h"
+#include "fmhpc/dedup.h"
 #include "fmhpc/eval.h"
 #include "fmhpc/generate.h"
 #include "fmhpc/interop.h"
@@ -187,11 +188,13 @@ int main(int argc, char **argv) {
     rc = fm_generate_task(&deck, world, stdout);
   } else if (!strcmp(task, "train")) {
     rc = fm_train_run(&deck, world, stdout);
+  } else if (!strcmp(task, "dedup")) {
+    rc = fm_dedup_task(&deck, world, stdout);
   } else if (!strcmp(task, "export")) {
     rc = fm_interop_export_task(&deck, world, err);
   } else {
     if (err)
-      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, train, eval, generate, export\n", task,
+      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, dedup, train, eval, generate, export\n", task,
               FM_VERSION_STRING);
     rc = FM_EUNSUPPORTED;
   }

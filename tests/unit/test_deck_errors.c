@@ -7,6 +7,17 @@
 
 /* Bind one file "t.in" on fresh defaults and compare everything written to
  * err with `want`. */
+/* "&run, &model, ..." from the registry, so adding a group does not edit
+ * these messages; then a message with it between `pre` and `post`. */
+static char *with_groups(const char *pre, const char *post) {
+  FmStr b;
+  fm_str_init(&b);
+  fm_str_cat(&b, pre);
+  for (int g = 0; g < fm_deck_ngroups(); g++) fm_str_printf(&b, "%s&%s", g ? ", " : "", fm_deck_group_name(g));
+  fm_str_cat(&b, post);
+  return b.s;
+}
+
 static void expect_error(const char *text, const char *want) {
   FmDeck d;
   fm_deck_init(&d);
@@ -28,10 +39,9 @@ static void expect_override_error(const char *text, const char *want) {
 }
 
 FM_TEST(err_unknown_group) {
-  expect_error("&run seed = 1 /\n\n  &optm lr = 1e-3 /\n",
-               "t.in:3:3: &optm: unknown group; expected one of &run, &model, &data, &prep, &tokenizer, &train, "
-               "&optim, &parallel, &ckpt, &log, &eval, &generate\n"
-               "hint: did you mean '&optim'?\n");
+  char *want = with_groups("t.in:3:3: &optm: unknown group; expected one of ", "\nhint: did you mean '&optim'?\n");
+  expect_error("&run seed = 1 /\n\n  &optm lr = 1e-3 /\n", want);
+  free(want);
 }
 
 FM_TEST(err_unknown_key_did_you_mean) {
@@ -148,10 +158,10 @@ FM_TEST(err_override_unknown_or_bad) {
   expect_override_error("optim%lrr=1e-3",
                         "<command line>:1:7: &optim lrr: unknown key; expected a key of &optim "
                         "(fmhpc --help-deck lists them)\nhint: did you mean 'lr'?\n");
-  expect_override_error("optm%lr=1e-3",
-                        "<command line>:1:1: &optm lr: unknown group; expected one of &run, &model, "
-                        "&data, &prep, &tokenizer, &train, &optim, &parallel, &ckpt, &log, &eval, "
-                        "&generate\nhint: did you mean '&optim'?\n");
+  char *want = with_groups("<command line>:1:1: &optm lr: unknown group; expected one of ",
+                           "\nhint: did you mean '&optim'?\n");
+  expect_override_error("optm%lr=1e-3", want);
+  free(want);
   expect_override_error("model%n_layer=abc",
                         "<command line>:1:15: &model n_layer = abc: expected an integer, got an "
                         "unquoted word\n");
@@ -239,13 +249,13 @@ FM_TEST(err_reports_every_error) {
   FmDeckSource src[2] = {{"a.in", "&model d_model = 0\n  n_layers = 2 /\n&nope x = 1 /", false},
                          {"b.in", "&optim lr = 'x' /", false}};
   FM_EXPECT_EQ_INT(deck_bind_capture(&d, 2, src, &msgs), FM_EDECK);
-  FM_EXPECT_EQ_STR(msgs,
-                   "a.in:1:18: &model d_model = 0: out of range: must be >= 1\n"
-                   "a.in:2:3: &model n_layers: unknown key; expected a key of &model (fmhpc --help-deck lists "
-                   "them)\nhint: did you mean 'n_layer'?\n"
-                   "a.in:3:1: &nope: unknown group; expected one of &run, &model, &data, &prep, &tokenizer, "
-                   "&train, &optim, &parallel, &ckpt, &log, &eval, &generate\n"
-                   "b.in:1:13: &optim lr = 'x': expected a real number, got a string\n");
+  char *want = with_groups("a.in:1:18: &model d_model = 0: out of range: must be >= 1\n"
+                           "a.in:2:3: &model n_layers: unknown key; expected a key of &model (fmhpc --help-deck "
+                           "lists them)\nhint: did you mean 'n_layer'?\n"
+                           "a.in:3:1: &nope: unknown group; expected one of ",
+                           "\nb.in:1:13: &optim lr = 'x': expected a real number, got a string\n");
+  FM_EXPECT_EQ_STR(msgs, want);
+  free(want);
   /* A rejected value leaves the key as it was. */
   FM_EXPECT_EQ_INT(d.c.model.d_model, 768);
   FM_EXPECT(d.origin[FM_KEY_model_d_model].file == NULL);

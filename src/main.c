@@ -186,6 +186,8 @@ int main(int argc, char **argv) {
     rc = fm_eval_task(&deck, world, stdout);
   } else if (!strcmp(task, "generate")) {
     rc = fm_generate_task(&deck, world, stdout);
+  } else if (!strcmp(task, "ifd")) {
+    rc = fm_ifd_task(&deck, world, stdout);
   } else if (!strcmp(task, "train")) {
     rc = fm_train_run(&deck, world, stdout);
   } else if (!strcmp(task, "dedup")) {
@@ -194,7 +196,7 @@ int main(int argc, char **argv) {
     rc = fm_interop_export_task(&deck, world, err);
   } else {
     if (err)
-      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, dedup, train, eval, generate, export\n", task,
+      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, dedup, train, eval, generate, ifd, export\n", task,
               FM_VERSION_STRING);
     rc = FM_EUNSUPPORTED;
   }

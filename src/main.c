@@ -1,11 +1,13 @@
 /* main.c: MPI_Init, read the decks on rank 0 and broadcast them, bind on
  * every rank, build the mesh, dispatch &run task. Short on purpose: each task
  * lives in its module. Exit status: 0 done, 1 runtime failure, 2 bad deck or
- * command line (every rank agrees, so no rank is left hanging). */
+ * command line (every rank agrees, so no rank is left hanging), 3 checkpointed
+ * on SIGUSR1/SIGTERM: requeue (slurm/train_1p2b.sh). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "fmhpc/ckpt.h"
 #include "fmhpc/core.h"
 #include "fmhpc/data.h"
 #include "fmhpc/deck.h"
@@ -42,7 +44,8 @@ static void usage(FILE *out) {
           "  --decode TOK   stdin token ids -> text on stdout\n"
           "  --version      version and git revision\n"
           "  --help         this text\n"
-          "exit status: 0 done, 1 runtime failure, 2 bad deck or command line\n");
+          "exit status: 0 done, 1 runtime failure, 2 bad deck or command line,\n"
+          "  3 checkpointed on SIGUSR1/SIGTERM (preemption): requeue to continue\n");
 }
 
 /* An override is group%key=value; anything else is a deck file. */
@@ -202,6 +205,7 @@ int main(int argc, char **argv) {
   }
   fm_deck_free(&deck);
   fm_comm_destroy(world);
+  if (rc == FM_CKPT_PREEMPTED) fm_exit_all(FM_EXIT_REQUEUE);
   fm_exit_all(rc == 0 ? 0 : (rc == FM_EDECK || rc == FM_EUNSUPPORTED || rc == FM_EINVAL) ? EXIT_USAGE
                                                                                         : EXIT_RUNTIME);
 }

@@ -25,6 +25,10 @@ typedef struct FmMetrics FmMetrics;
 /* Open out_dir/metrics.jsonl (truncated; directories created) and write the
  * deck record. NULL path: in-memory only (the curve still works). */
 int fm_metrics_open(FmMetrics **m, const char *path, const FmDeck *deck, FILE *err);
+/* A resumed run: append to path (created if missing) after a record
+ * {"record": "resume", "step": N, "checkpoint": "..."}; readers take the step
+ * records after the last resume record for steps > N. */
+int fm_metrics_open_resume(FmMetrics **m, const char *path, int64_t step, const char *ckpt, FILE *err);
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r);
 void fm_metrics_eval(FmMetrics *m, int64_t step, double loss, int64_t tokens);
 /* Draw the training loss (and validation points) as a text chart. */

@@ -73,6 +73,22 @@ int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE 
   return 0;
 }
 
+int fm_metrics_open_resume(FmMetrics **out, const char *path, int64_t step, const char *ckpt, FILE *err) {
+  FmMetrics *m = fm_xcalloc(1, sizeof *m);
+  *out = m;
+  if (!path) return 0;
+  m->f = fopen(path, "a");
+  if (!m->f) {
+    if (err) fprintf(err, "fmhpc: cannot append to '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
+    return FM_EIO;
+  }
+  fprintf(m->f, "{\"record\": \"resume\", \"step\": %lld, \"checkpoint\": ", (long long)step);
+  fm_json_write_str(m->f, ckpt, strlen(ckpt));
+  fputs("}\n", m->f);
+  fflush(m->f);
+  return 0;
+}
+
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r) {
   if (!m) return;
   if (m->n == m->cap) {

@@ -12,10 +12,12 @@
  * likewise. Setup, evaluation and reporting are below the loop. */
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "fmhpc/ckpt.h"
 #include "fmhpc/data.h"
 #include "fmhpc/eval.h"
 #include "fmhpc/hash.h"
@@ -51,6 +53,8 @@ typedef struct Run {
   FmMetrics *metrics;
   double flops_per_step, peak_flops_rank;
   int64_t skipped;
+  char ckpt_dir[4096];
+  char *deck_text; /* the resolved deck, stored in checkpoints */
 } Run;
 
 static double now_s(void) {
@@ -301,6 +305,7 @@ static void teardown(Run *r) {
   if (r->model) fm_model_free(r->model);
   if (r->train) fm_store_close(r->train);
   if (r->valid) fm_store_close(r->valid);
+  free(r->deck_text);
 }
 
 /* ---- reporting -------------------------------------------------------- */
@@ -336,7 +341,7 @@ static void weights_hash(Run *r, char hex[65]) {
   const FmTensorTable *pt = fm_model_params(r->model);
   uint8_t d[32];
   fm_sha256(fm_model_param_arena(r->model), (size_t)pt->numel * sizeof(float), d);
-  for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  fm_hex(d, 32, hex);
 }
 
 static void write_summary(Run *r, const FmStepRecord *last, double val, double secs, const char *hash) {
@@ -351,10 +356,64 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
           "{\"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
           "\"val_loss\": %.9e, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
           "\"dp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
-          (long long)last->step, last->loss, last->loss, val, (long long)(last->step * r->B * r->T), secs,
+          (long long)last->step, last->loss, last->loss, val, (long long)last->step * r->B * r->T, secs,
           (long long)r->skipped, (long long)r->red.redone, r->dp->size, hash,
           (long long)fm_model_params(r->model)->numel);
   fclose(f);
+}
+
+/* ---- checkpoints -------------------------------------------------------- */
+
+/* The run's state as the checkpoint module sees it (pointers into Run). */
+static FmCkptState ckpt_state(Run *r, int64_t step) {
+  const FmTensorTable *st = fm_optim_state_table(r->opt);
+  FmCkptState s = {.params = fm_model_params(r->model), .w = fm_model_param_arena(r->model),
+                   .lo = fm_reduce_lo(&r->red), .hi = fm_reduce_hi(&r->red), .nstate = st->n,
+                   .amax_prev = r->red.amax_prev, .nblocks = r->red.nblocks, .spike = &r->spike, .step = step,
+                   .skipped = r->skipped, .redone = r->red.redone, .samples = step * r->B, .seed = r->c->run.seed,
+                   .optim_name = fm_optim_params(r->opt)->kind->name, .model_name = r->kind->name,
+                   .deck_text = r->deck_text};
+  for (int i = 0; i < st->n && i < FM_OPTIM_MAX_STATE; i++) {
+    s.state_names[i] = st->t[i].name;
+    s.state[i] = fm_optim_state_data(r->opt) + st->t[i].offset;
+  }
+  return s;
+}
+
+/* &ckpt resume: returns the step to start from (0: fresh), or an FM_E* < 0. */
+static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
+  FmCkptState s = ckpt_state(r, 0);
+  int rc = fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &s, r->dp, err, loaded, n);
+  if (rc < 0) return rc;
+  if (rc > 0) {
+    if (strcmp(r->c->ckpt.resume, "none") != 0) fm_log0("resume: no checkpoint in %s: starting at step 0", r->ckpt_dir);
+    return 0;
+  }
+  if (s.seed != r->c->run.seed)
+    fm_warn0("resume: %s was written with &run seed = %lld, the deck says %lld", loaded, (long long)s.seed,
+             (long long)r->c->run.seed);
+  FM_CHECK(fm_reduce_allgather(&r->red, fm_model_param_arena(r->model))); /* every rank read only its shard */
+  r->skipped = s.skipped;
+  r->red.redone = s.redone;
+  fm_log0("resume: %s, step %lld (%lld samples seen), every dataset's SHA-256 verified, written at %s",
+          loaded, (long long)s.step, (long long)s.samples, "any rank count (loaded as hyperslabs of this layout)");
+  return s.step;
+}
+
+static int save(Run *r, int64_t step, FILE *err) {
+  FmCkptState s = ckpt_state(r, step);
+  char path[4300];
+  const double t0 = now_s();
+  int rc = fm_ckpt_write(r->ckpt_dir, &s, (int)r->c->ckpt.keep, r->dp, err, path, sizeof path);
+  if (!rc) fm_log0("checkpoint: %s (%.2f s)", path, now_s() - t0);
+  return rc;
+}
+
+/* FMHPC_CKPT_TEST_SIGNAL_AT=N (tests only): after step N the last rank
+ * raises SIGUSR1 on itself, a preemption at a known step. */
+static void test_signal_hook(const FmComm *dp, int64_t step) {
+  const char *at = getenv("FMHPC_CKPT_TEST_SIGNAL_AT");
+  if (at && atoll(at) == step && dp->rank == dp->size - 1) raise(SIGUSR1);
 }
 
 int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
@@ -368,26 +427,67 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     return rc ? rc : FM_EIO;
   }
   const FmConfig *c = r.c;
-  char path[4096];
+  char path[4096], loaded[4096] = "";
+  {
+    size_t len = 0;
+    FILE *s = open_memstream(&r.deck_text, &len);
+    fm_deck_write(deck, s);
+    fclose(s);
+  }
+  if (c->ckpt.dir[0]) snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s", c->ckpt.dir);
+  else snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/ckpt", c->run.out_dir);
+  fm_ckpt_signals_install();
+  const int64_t start = resume(&r, err, loaded, sizeof loaded);
+  if (start < 0) {
+    teardown(&r);
+    return (int)start;
+  }
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
-  if (dp->rank == 0) rc = fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);
+  if (dp->rank == 0)
+    rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, start, loaded, err)
+                   : fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);
   fm_log0("train: %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d, %s reduction, %s",
           r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps, (long long)r.B,
           (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
 
-  FmStepRecord rec = {0};
+  FmStepRecord rec = {.step = start};
   const double t0 = now_s();
-  for (int64_t step = 0; step < c->train.steps; step++) {
+  double last_save = t0;
+  int preempted = 0;
+  for (int64_t step = start; step < c->train.steps && !rc; step++) {
     train_step(&r, step, &rec);
     fm_metrics_step(r.metrics, &rec);
     if (c->log.act_stats == rec.step) log_act_stats(&r, rec.step);
-    if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps) log_step(&r, &rec, now_s() - t0);
+    if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps)
+      log_step(&r, &rec, (now_s() - t0) * (double)rec.step / (double)(rec.step - start));
     if (r.valid && c->eval.every > 0 && rec.step % c->eval.every == 0 && rec.step != c->train.steps) {
       int64_t nt;
       double v = fm_eval_loss(r.model, r.valid, &r.mb[0], c->eval.batches, dp, &nt);
       fm_metrics_eval(r.metrics, rec.step, v, nt);
       fm_log0("eval  %5lld | val_loss %.4f | ppl %.2f | %lld tokens", (long long)rec.step, v, exp(v), (long long)nt);
     }
+    /* One reduction: any rank's signal, and rank 0's clock (hosts' clocks disagree). */
+    test_signal_hook(dp, rec.step);
+    int32_t flags[2] = {fm_ckpt_signal_pending(),
+                        dp->rank == 0 && c->ckpt.every_minutes > 0 && now_s() - last_save >= 60 * c->ckpt.every_minutes};
+    FM_CHECK(fm_comm_allreduce(dp, flags, flags, 2, FM_DT_I32, FM_OP_MAX));
+    const bool every = c->ckpt.every > 0 && (rec.step % c->ckpt.every == 0 || rec.step == c->train.steps);
+    if (every || flags[0] || flags[1]) {
+      rc = save(&r, rec.step, err);
+      last_save = now_s();
+    }
+    if (flags[0] && !rc) {
+      preempted = 1;
+      break;
+    }
+  }
+  if (rc || preempted) { /* a failed checkpoint (stated by fm_ckpt_write), or a signal: stop here */
+    if (preempted)
+      fm_log0("preempted: checkpointed step %lld in %s; exit status %d asks the batch script to requeue",
+              (long long)rec.step, r.ckpt_dir, FM_EXIT_REQUEUE);
+    fm_metrics_close(r.metrics);
+    teardown(&r);
+    return rc ? rc : FM_CKPT_PREEMPTED;
   }
   double val = NAN;
   if (r.valid) {

@@ -1,0 +1,109 @@
+/* ckpt.h: checkpoints (DESIGN section 8). One parallel-HDF5 file per
+ * checkpoint, written collectively by all data-parallel ranks, every tensor in
+ * its unsharded shape under its canonical name; the commit protocol, retention,
+ * resume ('auto' | 'none' | a path) on any rank count, and the preemption flag
+ * (SIGUSR1/SIGTERM). Not here: what the train loop does with them (train.c).
+ *
+ * File layout (format "fmhpc-ckpt" version 1):
+ *   /params/<name>         f32, the parameter's shape      e.g. /params/h.0.attn.wq
+ *   /optim/<s>/<name>      f32, the parameter's shape      s = m, v or h (optimizer state)
+ *   /reduce/amax_prev      f32 (nblocks)  exact reduction's block scales
+ *   /spike/losses          f64 (window)   loss-spike window (when window > 0)
+ * Each dataset carries the attribute sha256; the root group carries the run
+ * state: step, samples (data position: the sampler is a pure function of
+ * seed and step), seed, skipped, redone, spike_* scalars, optimizer, model,
+ * n_params, world_size, deck (the resolved deck text), fmhpc_version, git,
+ * hdf5_version, mpi_version, host, cpu, checksum_scheme.
+ *
+ * Checksums ("sha256-blocks-v1"): a dataset's elements are cut into pieces at
+ * the boundaries of FM_CKPT_BLOCK-element blocks of the flat parameter vector
+ * (for /reduce and /spike, of the dataset itself); the checksum is the SHA-256
+ * of the concatenated SHA-256 digests of its pieces, in element order, over
+ * the little-endian bytes. ZeRO-1 shards are cut at multiples of the block, so
+ * every piece lies inside one rank's shard at any rank count: each rank hashes
+ * its own pieces, the digests are combined exactly (bitwise OR of zero-padded
+ * arrays), and writer and reader at different rank counts compute the same
+ * value. regression/ckpt_tool.py recomputes it with h5py.
+ *
+ * Commit protocol: all ranks write DIR/step_N.h5.partial (N zero-padded to 8
+ * digits) and close it; the status is agreed over all ranks; rank 0 fsyncs
+ * the file, renames it to step_N.h5, fsyncs the directory, writes
+ * latest.tmp ("step_N.h5\n"), fsyncs it and renames it to `latest`. A crash
+ * at any point leaves the previous step_*.h5 and `latest` intact; a
+ * .partial is never loaded. Then the oldest checkpoints beyond `keep` and stale
+ * .partial files of earlier steps are removed.
+ *
+ * Test hooks (environment, read on every rank; for tests only):
+ *   FMHPC_CKPT_TEST_KILL_AT=N    while writing the checkpoint of step N, the
+ *                                last rank SIGKILLs itself after the params
+ *                                datasets (a crash mid-write).
+ *   FMHPC_CKPT_TEST_SIGNAL_AT=N  after step N the last rank raises SIGUSR1 on
+ *                                itself (a deterministic preemption).
+ *   FMHPC_CKPT_TEST_NO_SPACE_CHECK  skip the free-space check before a write,
+ *                                so a full disk fails inside HDF5 (ENOSPC).
+ * Each params/optim dataset also has the attribute flat_offset (its first
+ * element's index in the flat vector) so a reader can recompute checksums. */
+#ifndef FMHPC_CKPT_H
+#define FMHPC_CKPT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "fmhpc/optim.h"
+#include "fmhpc/runtime.h"
+#include "fmhpc/tensor.h"
+
+#define FM_CKPT_BLOCK ((int64_t)1 << 16) /* = FM_CLIP_BLOCK, the ZeRO-1 shard alignment */
+/* fm_train_run's return (positive, not an FM_E*) when it stopped on a signal
+ * after checkpointing; main turns it into exit status FM_EXIT_REQUEUE. */
+#define FM_CKPT_PREEMPTED 1
+#define FM_EXIT_REQUEUE 3
+
+/* What a checkpoint holds, as pointers into the run's own arrays. */
+typedef struct FmCkptState {
+  const FmTensorTable *params; /* canonical names and shapes */
+  float *w;                    /* (params->numel) the flat vector: the write reads [lo,hi), a read fills it */
+  int64_t lo, hi;              /* this rank's ZeRO-1 shard (multiples of FM_CKPT_BLOCK or numel) */
+  int nstate;                  /* optimizer state arrays */
+  const char *state_names[FM_OPTIM_MAX_STATE]; /* "optim.m", ... */
+  float *state[FM_OPTIM_MAX_STATE];            /* (hi-lo) each, element i = flat parameter lo+i */
+  float *amax_prev;                            /* (nblocks) */
+  int64_t nblocks;
+  FmSpike *spike;
+  int64_t step, skipped, redone, samples, seed;
+  const char *optim_name, *model_name;
+  const char *deck_text; /* write only */
+} FmCkptState;
+
+/* Write DIR/step_<step>.h5 with the commit protocol and retention (keep the
+ * newest `keep`). Collective over comm. 0, or FM_EIO/FM_EHDF5 on every rank
+ * with the reason on err (rank 0); `latest` then still names the previous
+ * checkpoint. `written` (may be NULL) gets the committed path. */
+int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
+                  size_t written_len);
+
+/* Load one checkpoint file into s (w gets [lo,hi) only: the caller all-gathers;
+ * state, amax_prev, spike and the scalars are filled). Every dataset's
+ * checksum is verified. Collective. 0, or FM_ECKPT/FM_EIO on every rank with
+ * `why` (may be NULL) holding a message naming the file and the dataset. */
+int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len);
+
+/* Resume as &ckpt resume says: 'none' (returns 1), a path (that file; failure
+ * is an error), or 'auto': the newest step_*.h5 in dir that loads and
+ * verifies, each failing one skipped with a warning naming the reason; no
+ * checkpoint at all returns 1 (start fresh); checkpoints present but none
+ * valid is FM_ECKPT. 0 when loaded; `loaded` gets the path. Collective. */
+int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *comm, FILE *err, char *loaded,
+                   size_t loaded_len);
+
+/* Candidate checkpoints in dir, newest first (rank-local scan; the caller
+ * decides who scans). Returns the count; *paths is malloc'd (free each and
+ * the array). .partial files are never listed. */
+int fm_ckpt_list(const char *dir, char ***paths);
+
+/* SIGUSR1 and SIGTERM set a flag (nothing else happens in the handler). */
+void fm_ckpt_signals_install(void);
+int fm_ckpt_signal_pending(void);
+void fm_ckpt_signal_clear(void);
+
+#endif

@@ -1,0 +1,662 @@
+/* ckpt.c: parallel-HDF5 checkpoints (layout, checksums and commit protocol
+ * in include/fmhpc/ckpt.h). Every HDF5 call is checked and its failure
+ * returned, never aborted: a full disk must end in a clear message and an
+ * intact previous checkpoint. Every status is agreed over all ranks after
+ * each dataset, so no rank enters a collective the others have left. The
+ * signal flag lives here too; the train loop reduces it (train.c). */
+#include "fmhpc/ckpt.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "fmhpc/hash.h"
+#include "fmhpc/metrics.h"
+
+enum { WHY = 12288, ATTR_MAX = 60000 }; /* messages hold two paths */
+
+/* ---- signals ---------------------------------------------------------- */
+
+static volatile sig_atomic_t g_signal;
+
+static void on_signal(int sig) { g_signal = sig; }
+
+void fm_ckpt_signals_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+int fm_ckpt_signal_pending(void) { return g_signal != 0; }
+void fm_ckpt_signal_clear(void) { g_signal = 0; }
+
+/* ---- agreement ---------------------------------------------------------- */
+
+/* All ranks agree on a status: the first failing rank's status and message
+ * (why) arrive on every rank. */
+static int agree(FmComm *c, int rc, char *why) {
+  int32_t mine = rc ? c->rank : c->size, first = 0;
+  fm_comm_allreduce(c, &mine, &first, 1, FM_DT_I32, FM_OP_MIN);
+  if (first == c->size) return 0;
+  int32_t st = rc;
+  fm_comm_bcast(c, &st, 1, FM_DT_I32, first);
+  char *msg = c->rank == first ? why : NULL;
+  fm_comm_bcast_str(c, &msg, first);
+  if (c->rank != first) {
+    snprintf(why, WHY, "%s", msg ? msg : "(no message)");
+    free(msg);
+  }
+  return st;
+}
+
+/* ---- checksums ---------------------------------------------------------- */
+
+/* Pieces of the flat range [a, b) cut at multiples of FM_CKPT_BLOCK. */
+static int64_t npieces(int64_t a, int64_t b) { return b > a ? (b - 1) / FM_CKPT_BLOCK - a / FM_CKPT_BLOCK + 1 : 0; }
+
+/* The checksums of the tensors of one flat array (params or one optimizer
+ * state) from the shard [lo, hi) each rank holds (base = element lo): each rank
+ * hashes its pieces into a zeroed table, the table is OR-reduced, and each
+ * tensor's checksum is the SHA-256 of its pieces' digests. hex: (n, 65). */
+static int array_digests(const FmTensorTable *tab, const float *base, int64_t lo, int64_t hi, FmComm *c,
+                         char (*hex)[65]) {
+  int64_t total = 0;
+  for (int i = 0; i < tab->n; i++) total += npieces(tab->t[i].offset, tab->t[i].offset + tab->t[i].numel);
+  uint8_t *d = fm_xcalloc((size_t)(total > 0 ? total : 1), 32);
+  int64_t k = 0;
+  for (int i = 0; i < tab->n; i++) {
+    const int64_t a = tab->t[i].offset, b = a + tab->t[i].numel;
+    for (int64_t blk = a / FM_CKPT_BLOCK; b > a && blk <= (b - 1) / FM_CKPT_BLOCK; blk++, k++) {
+      const int64_t ps = blk * FM_CKPT_BLOCK > a ? blk * FM_CKPT_BLOCK : a;
+      const int64_t pe = (blk + 1) * FM_CKPT_BLOCK < b ? (blk + 1) * FM_CKPT_BLOCK : b;
+      if (ps >= lo && pe <= hi) fm_sha256(base + (ps - lo), (size_t)(pe - ps) * sizeof(float), d + 32 * k);
+    }
+  }
+  int rc = fm_comm_allreduce(c, d, d, total * 32, FM_DT_U8, FM_OP_BOR);
+  k = 0;
+  for (int i = 0; i < tab->n; i++) {
+    const int64_t np = npieces(tab->t[i].offset, tab->t[i].offset + tab->t[i].numel);
+    uint8_t out[32];
+    fm_sha256(d + 32 * k, (size_t)(32 * np), out);
+    fm_hex(out, 32, hex[i]);
+    k += np;
+  }
+  free(d);
+  return rc ? FM_EMPI : 0;
+}
+
+/* The same for a small array every rank holds whole (n elements of esize). */
+static void local_digest(const void *data, int64_t n, size_t esize, char hex[65]) {
+  FmSha256 s;
+  fm_sha256_init(&s);
+  for (int64_t a = 0; a < n; a += FM_CKPT_BLOCK) {
+    const int64_t e = a + FM_CKPT_BLOCK < n ? a + FM_CKPT_BLOCK : n;
+    uint8_t d[32];
+    fm_sha256((const char *)data + a * (int64_t)esize, (size_t)(e - a) * esize, d);
+    fm_sha256_update(&s, d, 32);
+  }
+  uint8_t out[32];
+  fm_sha256_final(&s, out);
+  fm_hex(out, 32, hex);
+}
+
+/* ---- HDF5 helpers (0 or FM_EHDF5; nothing aborts) ------------------------ */
+
+static int attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *val) {
+  hid_t sp = H5Screate(H5S_SCALAR);
+  if (sp < 0) return FM_EHDF5;
+  hid_t a = H5Acreate2(obj, name, ftype, sp, H5P_DEFAULT, H5P_DEFAULT);
+  int ok = a >= 0 && H5Awrite(a, mtype, val) >= 0;
+  if (a >= 0 && H5Aclose(a) < 0) ok = 0;
+  H5Sclose(sp);
+  return ok ? 0 : FM_EHDF5;
+}
+static int attr_i64(hid_t obj, const char *name, int64_t v) {
+  return attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v);
+}
+static int attr_f64(hid_t obj, const char *name, double v) {
+  return attr_write(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v);
+}
+static int attr_str(hid_t obj, const char *name, const char *val) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  if (t < 0) return FM_EHDF5;
+  int rc = H5Tset_size(t, strlen(val) + 1) < 0 ? FM_EHDF5 : attr_write(obj, name, t, t, val);
+  H5Tclose(t);
+  return rc;
+}
+static int attr_read_i64(hid_t obj, const char *name, int64_t *v) {
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return FM_ECKPT;
+  int rc = H5Aread(a, H5T_NATIVE_INT64, v) < 0 ? FM_ECKPT : 0;
+  H5Aclose(a);
+  return rc;
+}
+static int attr_read_f64(hid_t obj, const char *name, double *v) {
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return FM_ECKPT;
+  int rc = H5Aread(a, H5T_NATIVE_DOUBLE, v) < 0 ? FM_ECKPT : 0;
+  H5Aclose(a);
+  return rc;
+}
+/* A string attribute into buf (truncated to n-1). */
+static int attr_read_str(hid_t obj, const char *name, char *buf, size_t n) {
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return FM_ECKPT;
+  hid_t ft = H5Aget_type(a);
+  size_t sz = ft >= 0 ? H5Tget_size(ft) : 0;
+  int rc = FM_ECKPT;
+  if (sz > 0 && H5Tget_class(ft) == H5T_STRING) {
+    char *tmp = fm_xcalloc(sz + 1, 1);
+    hid_t mt = H5Tcopy(ft);
+    if (mt >= 0 && H5Aread(a, mt, tmp) >= 0) {
+      snprintf(buf, n, "%s", tmp);
+      rc = 0;
+    }
+    if (mt >= 0) H5Tclose(mt);
+    free(tmp);
+  }
+  if (ft >= 0) H5Tclose(ft);
+  H5Aclose(a);
+  return rc;
+}
+
+/* Select the elements [x, y) (row-major order) of a dataspace of `shape` as a
+ * union of at most 2*ndim hyperslabs: the largest aligned sub-block first. */
+static int select_flat(hid_t sp, int ndim, const hsize_t *shape, int64_t x, int64_t y) {
+  if (ndim < 1 || ndim > FM_MAX_DIMS || H5Sselect_none(sp) < 0) return FM_EHDF5;
+  int64_t st[FM_MAX_DIMS];
+  st[ndim - 1] = 1;
+  for (int d = ndim - 2; d >= 0; d--) st[d] = st[d + 1] * (int64_t)shape[d + 1];
+  while (x < y) {
+    int d = 0;
+    while (d < ndim - 1 && !(x % st[d] == 0 && x + st[d] <= y)) d++;
+    hsize_t start[FM_MAX_DIMS] = {0}, count[FM_MAX_DIMS] = {0};
+    int64_t rem = x;
+    for (int q = 0; q < ndim; q++) {
+      start[q] = (hsize_t)(rem / st[q]);
+      rem %= st[q];
+      count[q] = q < d ? 1 : shape[q];
+    }
+    int64_t k = (y - x) / st[d];
+    const int64_t room = (int64_t)(shape[d] - start[d]);
+    k = k < room ? k : room;
+    count[d] = (hsize_t)k;
+    if (H5Sselect_hyperslab(sp, H5S_SELECT_OR, start, NULL, count, NULL) < 0) return FM_EHDF5;
+    x += k * st[d];
+  }
+  return 0;
+}
+
+typedef struct H5 {
+  hid_t f, dxpl;
+  FmComm *comm;
+  const char *path;
+  char why[WHY];
+} H5;
+
+/* Write or read (rw 'w'/'r') this rank's part [x, y) of one tensor-shaped
+ * dataset, collectively. buf holds elements x..y-1. ftype used on create. */
+static int dset_io(H5 *h, int rw, const char *name, int ndim, const int64_t *shape64, hid_t ftype, hid_t mtype,
+                   int64_t x, int64_t y, void *buf, const char *sha_hex, char *stored_hex, int64_t flat_off) {
+  hsize_t shape[FM_MAX_DIMS];
+  for (int d = 0; d < ndim; d++) shape[d] = (hsize_t)shape64[d];
+  hid_t fsp = -1, msp = -1, d = -1, dcpl = -1;
+  int rc = FM_EHDF5;
+  if (rw == 'w') {
+    fsp = H5Screate_simple(ndim, shape, NULL);
+    dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (fsp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0 ||
+        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 || H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
+      goto done;
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) goto done;
+    d = H5Dcreate2(h->f, name, ftype, fsp, lcpl, dcpl, H5P_DEFAULT);
+    H5Pclose(lcpl);
+    if (d < 0) {
+      snprintf(h->why, WHY, "%s: cannot create dataset %s", h->path, name);
+      goto done;
+    }
+  } else {
+    d = H5Dopen2(h->f, name, H5P_DEFAULT);
+    if (d < 0) {
+      snprintf(h->why, WHY, "%s: dataset %s is missing", h->path, name);
+      rc = FM_ECKPT;
+      goto done;
+    }
+    fsp = H5Dget_space(d);
+    hsize_t got[FM_MAX_DIMS + 4];
+    int nd = fsp >= 0 ? H5Sget_simple_extent_ndims(fsp) : -1;
+    int same = nd == ndim && nd <= FM_MAX_DIMS && H5Sget_simple_extent_dims(fsp, got, NULL) == nd;
+    for (int q = 0; same && q < nd; q++) same = got[q] == shape[q];
+    if (!same) {
+      snprintf(h->why, WHY, "%s: dataset %s does not have the model's shape (%lld elements in %d dims expected): "
+               "the checkpoint is from a different model or deck", h->path, name, (long long)(y > x ? y : x), ndim);
+      rc = FM_ECKPT;
+      goto done;
+    }
+    if (attr_read_str(d, "sha256", stored_hex, 65)) {
+      snprintf(h->why, WHY, "%s: dataset %s has no sha256 attribute", h->path, name);
+      rc = FM_ECKPT;
+      goto done;
+    }
+  }
+  if (fsp < 0 || select_flat(fsp, ndim, shape, x, y)) goto done;
+  hsize_t mdim = (hsize_t)(y > x ? y - x : 1);
+  msp = H5Screate_simple(1, &mdim, NULL);
+  if (msp < 0 || (y <= x && H5Sselect_none(msp) < 0)) goto done;
+  herr_t e = rw == 'w' ? H5Dwrite(d, mtype, msp, fsp, h->dxpl, buf) : H5Dread(d, mtype, msp, fsp, h->dxpl, buf);
+  if (e < 0) {
+    snprintf(h->why, WHY, "%s: cannot %s dataset %s%s", h->path, rw == 'w' ? "write" : "read", name,
+             rw == 'w' ? " (disk full or quota exceeded?)" : "");
+    rc = rw == 'w' ? FM_EIO : FM_ECKPT;
+    goto done;
+  }
+  rc = 0;
+  if (rw == 'w' && (attr_str(d, "sha256", sha_hex) || attr_i64(d, "flat_offset", flat_off))) {
+    snprintf(h->why, WHY, "%s: cannot write the sha256 attribute of %s", h->path, name);
+    rc = FM_EHDF5;
+  }
+done:
+  if (rc && !h->why[0]) snprintf(h->why, WHY, "%s: HDF5 error on dataset %s", h->path, name);
+  if (msp >= 0) H5Sclose(msp);
+  if (fsp >= 0) H5Sclose(fsp);
+  if (d >= 0 && H5Dclose(d) < 0 && !rc) rc = FM_EHDF5;
+  if (dcpl >= 0) H5Pclose(dcpl);
+  return rc;
+}
+
+/* One flat array (params or a state) as per-tensor datasets "<group>/<name>". */
+static int array_io(H5 *h, int rw, const char *group, const FmTensorTable *tab, float *base, int64_t lo, int64_t hi) {
+  char(*hex)[65] = fm_xcalloc((size_t)(tab->n > 0 ? tab->n : 1), sizeof *hex);
+  int rc = 0;
+  if (rw == 'w') rc = agree(h->comm, array_digests(tab, base, lo, hi, h->comm, hex), h->why);
+  char(*stored)[65] = fm_xcalloc((size_t)(tab->n > 0 ? tab->n : 1), sizeof *stored);
+  for (int i = 0; i < tab->n && !rc; i++) {
+    const FmTensor *t = &tab->t[i];
+    const int64_t a = t->offset, b = a + t->numel;
+    const int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    char name[160];
+    snprintf(name, sizeof name, "%s/%s", group, t->name);
+    h->why[0] = '\0';
+    rc = dset_io(h, rw, name, t->ndim, t->shape, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, x - a, y > x ? y - a : x - a,
+                 y > x ? base + (x - lo) : base, hex[i], stored[i], a);
+    rc = agree(h->comm, rc, h->why);
+  }
+  if (rw == 'r' && !rc) {
+    rc = agree(h->comm, array_digests(tab, base, lo, hi, h->comm, hex), h->why);
+    for (int i = 0; i < tab->n && !rc; i++) {
+      if (strcmp(hex[i], stored[i]) == 0) continue;
+      snprintf(h->why, WHY, "%s: dataset %s/%s: SHA-256 mismatch (stored %.16s..., computed %.16s...): the file is corrupt",
+               h->path, group, tab->t[i].name, stored[i], hex[i]);
+      rc = FM_ECKPT;
+    }
+  }
+  free(hex);
+  free(stored);
+  return rc;
+}
+
+/* A small array every rank holds whole: rank 0 writes it, every rank reads
+ * and checks it. */
+static int small_io(H5 *h, int rw, const char *name, void *data, int64_t n, int is_f64) {
+  char hex[65], stored[65] = "";
+  local_digest(data, n, is_f64 ? 8 : 4, hex);
+  const int64_t shape[1] = {n};
+  const int me = rw == 'r' || h->comm->rank == 0;
+  h->why[0] = '\0';
+  int rc = dset_io(h, rw, name, 1, shape, is_f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE,
+                   is_f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT, 0, me ? n : 0, data, hex, stored, 0);
+  if (!rc && rw == 'r') {
+    local_digest(data, n, is_f64 ? 8 : 4, hex);
+    if (strcmp(hex, stored) != 0) {
+      snprintf(h->why, WHY, "%s: dataset %s: SHA-256 mismatch (stored %.16s..., computed %.16s...): the file is corrupt",
+               h->path, name, stored, hex);
+      rc = FM_ECKPT;
+    }
+  }
+  return agree(h->comm, rc, h->why);
+}
+
+static hid_t open_fapl(FmComm *c) {
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0) return -1;
+  if (H5Pset_fapl_mpio(fapl, c->mpi, MPI_INFO_NULL) < 0 || H5Pset_all_coll_metadata_ops(fapl, 1) < 0 ||
+      H5Pset_coll_metadata_write(fapl, 1) < 0) {
+    H5Pclose(fapl);
+    return -1;
+  }
+  return fapl;
+}
+
+/* ---- run state ---------------------------------------------------------- */
+
+static char *cpu_model(void) {
+  char *text = NULL;
+  if (fm_read_file("/proc/cpuinfo", &text, NULL) == 0) {
+    char *p = strstr(text, "model name");
+    char *colon = p ? strchr(p, ':') : NULL;
+    if (colon) {
+      char *eol = strchr(colon, '\n');
+      char *s = fm_xstrndup(colon + 2, eol ? (size_t)(eol - colon - 2) : strlen(colon + 2));
+      free(text);
+      return s;
+    }
+  }
+  free(text);
+  return fm_xstrdup("unknown");
+}
+
+static int write_run_state(H5 *h, const FmCkptState *s) {
+  char *host = NULL, *cpu = NULL, *mpiv = NULL;
+  if (h->comm->rank == 0) {
+    char buf[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(buf, &len);
+    char *nl = strchr(buf, '\n');
+    if (nl) *nl = '\0';
+    mpiv = fm_xstrdup(buf);
+    char hn[256] = "unknown";
+    gethostname(hn, sizeof hn - 1);
+    host = fm_xstrdup(hn);
+    cpu = cpu_model();
+  }
+  /* attributes must hold the same value on every rank: rank 0's */
+  fm_comm_bcast_str(h->comm, &host, 0);
+  fm_comm_bcast_str(h->comm, &cpu, 0);
+  fm_comm_bcast_str(h->comm, &mpiv, 0);
+  unsigned maj = 0, min = 0, rel = 0;
+  H5get_libversion(&maj, &min, &rel);
+  char h5v[64];
+  snprintf(h5v, sizeof h5v, "%u.%u.%u (parallel)", maj, min, rel);
+  hid_t root = H5Gopen2(h->f, "/", H5P_DEFAULT);
+  int rc = root < 0 ? FM_EHDF5 : 0;
+  const FmSpike *sp = s->spike;
+  if (!rc)
+    rc = attr_str(root, "format", "fmhpc-ckpt") | attr_i64(root, "format_version", 1) |
+         attr_str(root, "checksum_scheme", "sha256-blocks-v1: SHA-256 of the SHA-256 digests of the pieces cut at "
+                                           "multiples of 65536 elements of the flat parameter vector (of the "
+                                           "dataset for /reduce, /spike), little-endian bytes") |
+         attr_i64(root, "step", s->step) | attr_i64(root, "samples", s->samples) | attr_i64(root, "seed", s->seed) |
+         attr_str(root, "rng", "counter-based (seed, purpose, step, index): no state beyond seed and step") |
+         attr_i64(root, "skipped", s->skipped) | attr_i64(root, "redone", s->redone) |
+         attr_i64(root, "spike_window", sp->window) | attr_i64(root, "spike_count", sp->count) |
+         attr_i64(root, "spike_head", sp->head) | attr_i64(root, "spike_skipped", sp->skipped) |
+         attr_i64(root, "spike_consecutive", sp->consecutive) | attr_f64(root, "spike_z_max", sp->z_max) |
+         attr_str(root, "optimizer", s->optim_name) | attr_str(root, "model", s->model_name) |
+         attr_i64(root, "n_params", s->params->numel) | attr_i64(root, "world_size", h->comm->size) |
+         attr_i64(root, "nblocks", s->nblocks) | attr_str(root, "fmhpc_version", FM_VERSION_STRING) |
+         attr_str(root, "git", FMHPC_GIT_REV) | attr_str(root, "hdf5_version", h5v) |
+         attr_str(root, "mpi_version", mpiv) | attr_str(root, "host", host) | attr_str(root, "cpu", cpu) |
+         attr_str(root, "deck", strlen(s->deck_text) < ATTR_MAX ? s->deck_text : "(longer than 60000 bytes: not stored)");
+  if (root >= 0) H5Gclose(root);
+  free(host);
+  free(cpu);
+  free(mpiv);
+  if (rc) {
+    snprintf(h->why, WHY, "%s: cannot write the run-state attributes", h->path);
+    rc = FM_EHDF5;
+  }
+  return agree(h->comm, rc, h->why);
+}
+
+static int read_run_state(H5 *h, FmCkptState *s) {
+  hid_t root = H5Gopen2(h->f, "/", H5P_DEFAULT);
+  char fmt[32] = "", opt[64] = "";
+  int64_t np = -1, window = -1, nb = -1;
+  FmSpike *sp = s->spike;
+  int rc = root < 0 ? FM_ECKPT : 0;
+  if (!rc)
+    rc = attr_read_str(root, "format", fmt, sizeof fmt) | attr_read_str(root, "optimizer", opt, sizeof opt) |
+         attr_read_i64(root, "n_params", &np) | attr_read_i64(root, "spike_window", &window) |
+         attr_read_i64(root, "nblocks", &nb) | attr_read_i64(root, "step", &s->step) |
+         attr_read_i64(root, "samples", &s->samples) | attr_read_i64(root, "seed", &s->seed) |
+         attr_read_i64(root, "skipped", &s->skipped) | attr_read_i64(root, "redone", &s->redone) |
+         attr_read_i64(root, "spike_count", &sp->count) | attr_read_i64(root, "spike_head", &sp->head) |
+         attr_read_i64(root, "spike_skipped", &sp->skipped) |
+         attr_read_i64(root, "spike_consecutive", &sp->consecutive) | attr_read_f64(root, "spike_z_max", &sp->z_max);
+  if (root >= 0) H5Gclose(root);
+  if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
+    snprintf(h->why, WHY, "%s: not an fmhpc checkpoint or its run-state attributes are unreadable", h->path);
+  else if (np != s->params->numel || nb != s->nblocks)
+    snprintf(h->why, WHY, "%s: holds %lld parameters, the model has %lld: the checkpoint is from a different model",
+             h->path, (long long)np, (long long)s->params->numel);
+  else if (strcmp(opt, s->optim_name) != 0)
+    snprintf(h->why, WHY, "%s: optimizer '%s', the deck says '%s'", h->path, opt, s->optim_name);
+  else if (window != sp->window)
+    snprintf(h->why, WHY, "%s: loss-spike window %lld, the deck says %lld (&train spike_window)", h->path,
+             (long long)window, (long long)sp->window);
+  else
+    return agree(h->comm, 0, h->why);
+  return agree(h->comm, FM_ECKPT, h->why);
+}
+
+/* Everything after the file is open: the same sequence for both directions. */
+static int body_io(H5 *h, int rw, FmCkptState *s) {
+  int rc = rw == 'w' ? write_run_state(h, s) : read_run_state(h, s);
+  if (!rc) rc = array_io(h, rw, "params", s->params, s->w + s->lo, s->lo, s->hi);
+  const char *kill = getenv("FMHPC_CKPT_TEST_KILL_AT");
+  if (rw == 'w' && kill && atoll(kill) == s->step && h->comm->rank == h->comm->size - 1) {
+    fprintf(stderr, "FMHPC_CKPT_TEST_KILL_AT=%s: rank %d kills itself mid-write of %s\n", kill, h->comm->rank,
+            h->path);
+    fflush(stderr);
+    raise(SIGKILL);
+  }
+  for (int i = 0; i < s->nstate && !rc; i++) {
+    char group[64];
+    const char *dot = strchr(s->state_names[i], '.');
+    snprintf(group, sizeof group, "optim/%s", dot ? dot + 1 : s->state_names[i]);
+    rc = array_io(h, rw, group, s->params, s->state[i], s->lo, s->hi);
+  }
+  if (!rc) rc = small_io(h, rw, "reduce/amax_prev", s->amax_prev, s->nblocks, 0);
+  if (!rc && s->spike->window > 0) rc = small_io(h, rw, "spike/losses", s->spike->buf, s->spike->window, 1);
+  return rc;
+}
+
+/* ---- commit protocol ------------------------------------------------------ */
+
+static int fsync_path(const char *path, int dir) {
+  int fd = open(path, dir ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  if (fd < 0) return FM_EIO;
+  int rc = fsync(fd) == 0 ? 0 : FM_EIO;
+  close(fd);
+  return rc;
+}
+
+static int step_of(const char *name, const char *suffix, long long *step) {
+  int n = 0;
+  if (sscanf(name, "step_%lld%n", step, &n) != 1) return 0;
+  return strcmp(name + n, suffix) == 0;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+  const char *x = strrchr(*(char *const *)a, '/'), *y = strrchr(*(char *const *)b, '/');
+  long long sx = 0, sy = 0;
+  step_of(x + 1, ".h5", &sx);
+  step_of(y + 1, ".h5", &sy);
+  return sx < sy ? 1 : sx > sy ? -1 : 0;
+}
+
+int fm_ckpt_list(const char *dir, char ***paths) {
+  *paths = NULL;
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0, cap = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    long long st;
+    if (!step_of(e->d_name, ".h5", &st)) continue;
+    if (n == cap) *paths = fm_xrealloc(*paths, sizeof **paths * (size_t)(cap = cap ? 2 * cap : 16));
+    (*paths)[n] = fm_xmalloc(strlen(dir) + strlen(e->d_name) + 2);
+    sprintf((*paths)[n++], "%s/%s", dir, e->d_name);
+  }
+  closedir(d);
+  if (n > 1) qsort(*paths, (size_t)n, sizeof **paths, cmp_desc);
+  return n;
+}
+
+static void free_list(char **p, int n) {
+  for (int i = 0; p && i < n; i++) free(p[i]);
+  free(p);
+}
+
+/* Rank 0: rename into place, point `latest` at it, prune. */
+static int commit(const char *dir, const char *partial, const char *final, int64_t step, int keep, char *why) {
+  char tmp[4200], latest[4200];
+  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+  snprintf(latest, sizeof latest, "%s/latest", dir);
+  if (fsync_path(partial, 0) || rename(partial, final) != 0 || fsync_path(dir, 1)) {
+    snprintf(why, WHY, "%s: cannot fsync or rename into %s: %s", partial, final, strerror(errno));
+    return FM_EIO;
+  }
+  FILE *f = fopen(tmp, "w");
+  const char *base = strrchr(final, '/') + 1;
+  int ok = f && fprintf(f, "%s\n", base) > 0;
+  ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+  if (f && fclose(f) != 0) ok = 0;
+  if (!ok || rename(tmp, latest) != 0 || fsync_path(dir, 1)) {
+    snprintf(why, WHY, "%s: cannot update %s (%s); %s is complete but `latest` still names the previous checkpoint",
+             dir, latest, strerror(errno), final);
+    unlink(tmp);
+    return FM_EIO;
+  }
+  char **paths;
+  int n = fm_ckpt_list(dir, &paths);
+  for (int i = keep; i < n && paths; i++) unlink(paths[i]);
+  free_list(paths, n);
+  DIR *d = opendir(dir);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    long long st;
+    if (!step_of(e->d_name, ".h5.partial", &st) || st >= step) continue;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  return 0;
+}
+
+/* Rank 0: directory and free space (the file's data plus 1 MiB of metadata). */
+static int prepare_dir(const char *dir, const FmCkptState *s, char *why) {
+  if (fm_mkdirs(dir)) {
+    snprintf(why, WHY, "%s: cannot create the checkpoint directory: %s (&ckpt dir)", dir, strerror(errno));
+    return FM_EIO;
+  }
+  const double need = (double)s->params->numel * 4.0 * (1 + s->nstate) + (double)s->nblocks * 4.0 +
+                      (double)s->spike->window * 8.0 + 1048576.0;
+  struct statvfs v;
+  if (!getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") && statvfs(dir, &v) == 0) {
+    const double avail = (double)v.f_bavail * (double)v.f_frsize;
+    if (avail < need) {
+      char a[32], b[32];
+      snprintf(why, WHY, "%s: no space for a checkpoint: it needs about %s, %s is free (disk full or quota)", dir,
+               fm_fmt_bytes(a, sizeof a, need), fm_fmt_bytes(b, sizeof b, avail));
+      return FM_EIO;
+    }
+  }
+  return 0;
+}
+
+int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
+                  size_t written_len) {
+  H5 h = {.f = -1, .dxpl = -1, .comm = comm};
+  char final[4200], partial[4300];
+  snprintf(final, sizeof final, "%s/step_%08lld.h5", dir, (long long)s->step);
+  snprintf(partial, sizeof partial, "%s.partial", final);
+  h.path = partial;
+  int rc = agree(comm, comm->rank == 0 ? prepare_dir(dir, s, h.why) : 0, h.why);
+  if (rc) goto report;
+  H5E_auto2_t efunc;
+  void *edata;
+  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our messages name the file and the dataset */
+  hid_t fapl = open_fapl(comm);
+  h.f = fapl >= 0 ? H5Fcreate(partial, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
+  if (h.f < 0) snprintf(h.why, WHY, "%s: cannot create the file: %s", partial, strerror(errno));
+  if (fapl >= 0) H5Pclose(fapl);
+  rc = agree(comm, h.f < 0 ? FM_EIO : 0, h.why);
+  if (!rc) {
+    h.dxpl = H5Pcreate(H5P_DATASET_XFER);
+    int e = h.dxpl < 0 || H5Pset_dxpl_mpio(h.dxpl, H5FD_MPIO_COLLECTIVE) < 0;
+    if (e) snprintf(h.why, WHY, "%s: cannot set collective transfers", partial);
+    rc = agree(comm, e ? FM_EHDF5 : 0, h.why);
+  }
+  if (!rc) rc = body_io(&h, 'w', (FmCkptState *)s);
+  if (h.dxpl >= 0) H5Pclose(h.dxpl);
+  if (h.f >= 0) { /* collective: every rank closes, whatever happened */
+    const int e = H5Fclose(h.f) < 0;
+    if (e && !rc) snprintf(h.why, WHY, "%s: closing (flushing) the file failed (disk full or quota exceeded?)", partial);
+    rc = agree(comm, rc ? rc : e ? FM_EIO : 0, h.why);
+  }
+  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+  if (!rc && comm->rank == 0) rc = commit(dir, partial, final, s->step, keep, h.why);
+  if (rc && comm->rank == 0 && h.f >= 0) unlink(partial); /* a failed write leaves nothing to mistake */
+  rc = agree(comm, rc, h.why);
+report:
+  if (rc && err) fprintf(err, "fmhpc: checkpoint of step %lld failed: %s\n", (long long)s->step, h.why);
+  if (!rc && written) snprintf(written, written_len, "%s", final);
+  return rc;
+}
+
+int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len) {
+  H5 h = {.f = -1, .dxpl = -1, .comm = comm, .path = path};
+  H5E_auto2_t efunc;
+  void *edata;
+  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t fapl = open_fapl(comm);
+  h.f = fapl >= 0 ? H5Fopen(path, H5F_ACC_RDONLY, fapl) : -1;
+  if (fapl >= 0) H5Pclose(fapl);
+  if (h.f < 0) snprintf(h.why, WHY, "%s: cannot open as HDF5 (missing, truncated or corrupt)", path);
+  int rc = agree(comm, h.f < 0 ? FM_ECKPT : 0, h.why);
+  if (!rc) {
+    h.dxpl = H5Pcreate(H5P_DATASET_XFER);
+    int e = h.dxpl < 0 || H5Pset_dxpl_mpio(h.dxpl, H5FD_MPIO_COLLECTIVE) < 0;
+    rc = agree(comm, e ? FM_EHDF5 : 0, h.why);
+  }
+  if (!rc) rc = body_io(&h, 'r', s);
+  if (h.dxpl >= 0) H5Pclose(h.dxpl);
+  if (h.f >= 0) H5Fclose(h.f);
+  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+  if (why) snprintf(why, why_len, "%s", rc ? h.why : "");
+  return rc;
+}
+
+int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *comm, FILE *err, char *loaded,
+                   size_t loaded_len) {
+  char why[WHY];
+  if (fm_strcasecmp(resume, "none") == 0) return 1;
+  if (fm_strcasecmp(resume, "auto") != 0) {
+    int rc = fm_ckpt_read(resume, s, comm, why, sizeof why);
+    if (rc && err) fprintf(err, "fmhpc: &ckpt resume = '%s': %s\nhint: resume = 'auto' takes the newest valid one in %s\n",
+                           resume, why, dir);
+    if (!rc) snprintf(loaded, loaded_len, "%s", resume);
+    return rc;
+  }
+  char **paths = NULL;
+  int32_t n = comm->rank == 0 ? fm_ckpt_list(dir, &paths) : 0;
+  fm_comm_bcast(comm, &n, 1, FM_DT_I32, 0);
+  int rc = 1;
+  for (int i = 0; i < n && rc; i++) {
+    char *p = comm->rank == 0 && paths ? paths[i] : NULL;
+    fm_comm_bcast_str(comm, &p, 0);
+    rc = fm_ckpt_read(p, s, comm, why, sizeof why);
+    if (rc) fm_warn0("resume: skipping %s: %s", p, why);
+    else snprintf(loaded, loaded_len, "%s", p);
+    if (comm->rank != 0) free(p);
+  }
+  if (comm->rank == 0) free_list(paths, n);
+  if (n > 0 && rc) {
+    if (err) fprintf(err, "fmhpc: &ckpt resume = 'auto': none of the %d checkpoints in %s is valid (see above)\n"
+                          "hint: resume = 'none' starts over; resume = 'PATH' names one file\n", (int)n, dir);
+    return FM_ECKPT;
+  }
+  return rc;
+}

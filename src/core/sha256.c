@@ -19,7 +19,7 @@ static uint32_t rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
 static void compress(uint32_t h[8], const uint8_t p[64]) {
   uint32_t w[64];
-  for (int t = 0; t < 16; t++)
+  for (size_t t = 0; t < 16; t++)
     w[t] = (uint32_t)p[4 * t] << 24 | (uint32_t)p[4 * t + 1] << 16 | (uint32_t)p[4 * t + 2] << 8 | p[4 * t + 3];
   for (int t = 16; t < 64; t++) {
     uint32_t s0 = rotr(w[t - 15], 7) ^ rotr(w[t - 15], 18) ^ (w[t - 15] >> 3);

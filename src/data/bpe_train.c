@@ -45,6 +45,8 @@ static void words_init(Words *w) {
   memset(w, 0, sizeof *w);
   w->cap = 1 << 16;
   w->slot = fm_xcalloc(w->cap, sizeof *w->slot);
+  w->pcap = 4096;
+  w->pool = fm_xmalloc(w->pcap);
 }
 static void words_free(Words *w) { free(w->slot), free(w->pool); }
 
@@ -350,8 +352,8 @@ static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, 
   int64_t ntok = 256, done = 0;
   double last = now_s();
   flush_changed(tr);
-  char *buf = NULL;
-  size_t bcap = 0;
+  size_t bcap = 256;
+  char *buf = fm_xmalloc(bcap);
   while (ntok < target && tr->nheap > 0) {
     HeapE top = heap_pop(tr);
     Pair *q = &tr->pairs[top.pair];

@@ -651,7 +651,7 @@ static int read_window_header(const Prep *p, int64_t w, WinInfo *wi) {
   char magic[8];
   int64_t hdr[3];
   int rc = 0;
-  if (!f || fread(magic, 1, 8, f) != 8 || memcmp(magic, win_magic, 8) || fread(hdr, sizeof hdr, 1, f) != 1 ||
+  if (!f || fread(magic, 1, 8, f) != 8 || memcmp(magic, win_magic, 8) != 0 || fread(hdr, sizeof hdr, 1, f) != 1 ||
       hdr[0] != p->R || hdr[1] != (p->pos != FM_POS_NONE) || hdr[2] != NSTAT ||
       fread(wi->stat, sizeof wi->stat, 1, f) != 1) {
     fm_err("%s: missing or not a window file of this prep\nhint: delete %s and run again", path, p->work);
@@ -689,7 +689,7 @@ static int read_window_rows(const Prep *p, int64_t w, const WinInfo *wi, int s, 
     off += nr * R * arr[a].elem;
   }
   if (rc) fm_err("%s: cannot read rows %lld..%lld\nhint: delete %s and run again", path, (long long)r0,
-                 (long long)(r0 + n), p->work);
+                 (long long)r0 + (long long)n, p->work);
   if (f) fclose(f);
   free(path);
   return rc;
@@ -941,7 +941,7 @@ static int prepare_dirs(Prep *p) {
         if (!fgets(old, sizeof old, f)) old[0] = 0;
         fclose(f);
         old[strcspn(old, "\n")] = 0;
-        if (strcmp(old, fp)) {
+        if (strcmp(old, fp) != 0) {
           fm_err("%s: committed windows of a different prep (deck, tokenizer or inputs changed)\n"
                  "hint: delete %s to start over, or run with the deck that made them",
                  fpath, p->work);

@@ -91,7 +91,7 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
   FmStoreInfo *in = &st->info;
   char kind[16] = "", fmt[32] = "";
   int64_t eos = 0, pad = 0;
-  if (root->type != FM_JSON_OBJ || json_str(root, "format", fmt, sizeof fmt) || strcmp(fmt, "fmhpc-packed") ||
+  if (root->type != FM_JSON_OBJ || json_str(root, "format", fmt, sizeof fmt) || strcmp(fmt, "fmhpc-packed") != 0 ||
       json_str(root, "storage", kind, sizeof kind) || json_i64(root, "seq_len", &in->seq_len) ||
       json_i64(root, "n_seq", &in->n_seq) || json_i64(root, "vocab_size", &in->vocab_size) ||
       json_i64(root, "eos_id", &eos) || json_i64(root, "pad_id", &pad) ||
@@ -105,7 +105,7 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     fm_json_free(&doc);
     return FM_EFORMAT;
   }
-  if (strcmp(format, "auto") && strcmp(format, kind)) {
+  if (strcmp(format, "auto") != 0 && strcmp(format, kind) != 0) {
     if (err) fprintf(err, "%s: the manifest describes '%s' shards but &data format = '%s'\nhint: use format='auto'\n",
                      path, kind, format);
     fm_json_free(&doc);
@@ -117,7 +117,7 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
   in->pad_id = (int32_t)pad;
   in->has_position_ids = strcmp(in->position_ids, "none") != 0;
   st->nshards = in->nshards = (int)shards->n;
-  st->shard = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->shard);
+  st->shard = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->shard); // NOLINT(bugprone-sizeof-expression): pointers
   st->first = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->first);
   const char *slash = strrchr(path, '/');
   size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
@@ -134,12 +134,12 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     }
     char *full = fm_xmalloc(dirlen + strlen(file) + 1);
     memcpy(full, path, dirlen);
-    strcpy(full + dirlen, file);
-    if (!strcmp(kind, "h5")) {
+    memcpy(full + dirlen, file, strlen(file) + 1);
+    if (strcmp(kind, "h5") == 0) {
       FmStoreInfo si = *in;
       int64_t nh = 0;
       rc = fm__h5_shard_open(&st->shard[s], full, st->comm, &si, &nh, err);
-      if (!rc && (nh != n || si.seq_len != in->seq_len || strcmp(si.tokenizer_hash, in->tokenizer_hash))) {
+      if (!rc && (nh != n || si.seq_len != in->seq_len || strcmp(si.tokenizer_hash, in->tokenizer_hash) != 0)) {
         if (err) fprintf(err, "%s: does not match the manifest %s (rows, seq_len or tokenizer)\n", full, path);
         rc = FM_EFORMAT;
       }
@@ -165,9 +165,9 @@ int fm_store_open(FmStore **out, const char *path, const char *format, FmComm *c
   st->comm = comm;
   int rc;
   if (!format) format = "auto";
-  if (ends_with(path, ".h5") || (!strcmp(format, "h5") && !ends_with(path, ".json"))) {
+  if (ends_with(path, ".h5") || (strcmp(format, "h5") == 0 && !ends_with(path, ".json"))) {
     st->nshards = st->info.nshards = 1;
-    st->shard = fm_xcalloc(1, sizeof *st->shard);
+    st->shard = fm_xcalloc(1, sizeof *st->shard); // NOLINT(bugprone-sizeof-expression): pointers
     st->first = fm_xcalloc(2, sizeof *st->first);
     rc = fm__h5_shard_open(&st->shard[0], path, comm, &st->info, &st->first[1], err);
     st->info.n_seq = st->first[1];

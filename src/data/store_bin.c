@@ -53,7 +53,7 @@ int fm__bin_write_shard(const char *stem, const FmShardMeta *m, const FmShardPar
     return FM_EUNSUPPORTED;
   }
   int64_t R = m->seq_len + 1;
-  int narr = m->position_ids && strcmp(m->position_ids, "none") ? 4 : 3;
+  int narr = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
   const void *bufs[4] = {part->tokens, part->loss_mask, part->segment_ids, part->position_ids};
   size_t plen = strlen(stem) + 64;
   char *path = fm_xmalloc(plen), *partial = fm_xmalloc(plen);

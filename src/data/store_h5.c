@@ -150,7 +150,7 @@ int fm__h5_write_shard(const char *path, const FmShardMeta *m, const FmShardPart
   FM_CHECK_H5(H5Pset_obj_track_times(dcpl, 0));
   FM_CHECK_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
   FM_CHECK_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
-  int nds = m->position_ids && strcmp(m->position_ids, "none") ? 4 : 3;
+  int nds = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
   static const uint8_t dummy[16];
   for (int i = 0; i < nds; i++) {
     hid_t d = H5Dcreate2(f, ds[i].name, ds[i].ftype, fsp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
@@ -204,7 +204,7 @@ static int h5_read(FmShardReader *base, const int64_t *rows, int64_t n, bool col
   hid_t msp = H5Screate_simple(2, mdims, NULL);
   FM_CHECK_H5(msp);
   if (n == 0) FM_CHECK_H5(H5Sselect_none(msp));
-  uint8_t dummy[16];
+  uint8_t dummy[16] = {0};
   void *bufs[4] = {tok, mask, seg, pos};
   const hid_t mt[4] = {H5T_NATIVE_UINT32, H5T_NATIVE_UINT8, H5T_NATIVE_INT32, H5T_NATIVE_INT32};
   for (int i = 0; i < 4; i++) {
@@ -280,7 +280,7 @@ int fm__h5_shard_open(FmShardReader **out, const char *path, FmComm *comm, FmSto
   r->f = f;
   int64_t seq_len = 0, vocab = 0, eos = 0, pad = 0;
   char fmt[32] = "";
-  if (read_attr_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, "fmhpc-packed") ||
+  if (read_attr_str(f, "format", fmt, sizeof fmt) || strcmp(fmt, "fmhpc-packed") != 0 ||
       read_attr_i64(f, "seq_len", &seq_len) || read_attr_i64(f, "vocab_size", &vocab) ||
       read_attr_i64(f, "eos_id", &eos) || read_attr_i64(f, "pad_id", &pad) ||
       read_attr_str(f, "packing", info->packing, sizeof info->packing) ||
@@ -308,7 +308,7 @@ int fm__h5_shard_open(FmShardReader **out, const char *path, FmComm *comm, FmSto
       nd = H5Sget_simple_extent_dims(sp, dims, NULL);
       H5Sclose(sp);
     }
-    if ((r->d[i] < 0 && i < 3) || (r->d[i] >= 0 && (nd != 2 || dims[1] != (hsize_t)r->R))) {
+    if ((i < 3 && r->d[i] < 0) || (r->d[i] >= 0 && (nd != 2 || dims[1] != (hsize_t)r->R))) {
       if (err) fprintf(err, "%s: dataset /%s missing or not (n_seq, %lld)\n", path, names[i], (long long)r->R);
       rc = FM_EFORMAT;
       goto done;

@@ -610,7 +610,7 @@ FmTokCache *fm_tok_cache_new(const FmTokenizer *t) {
   if (t->re) {
     c->md = pcre2_match_data_create(1, NULL);
     c->mctx = pcre2_match_context_create(NULL);
-    c->jstack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+    c->jstack = pcre2_jit_stack_create((size_t)32 * 1024, (size_t)8 * 1024 * 1024, NULL);
     pcre2_jit_stack_assign(c->mctx, NULL, c->jstack);
   }
   c->cap = CACHE_SLOTS;
@@ -652,8 +652,8 @@ typedef struct Out {
 
 static void encode_piece(const FmTokenizer *t, FmTokCache *c, const char *s, size_t n, Out *o) {
   if (n == 0) return;
-  if (o->fn) {
-    o->fn(o->ctx, s, n);
+  if (o->fn || !o->len) { /* pre-tokenize only: pieces go to fn, nothing is encoded */
+    if (o->fn) o->fn(o->ctx, s, n);
     return;
   }
   if (n == 1) {

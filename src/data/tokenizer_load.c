@@ -36,7 +36,7 @@ static void say(FILE *err, const char *hint, const char *fmt, ...) {
 static const char *shown(const char *s, size_t n, char *buf, size_t cap) {
   size_t k = n < cap - 4 ? n : cap - 4;
   memcpy(buf, s, k);
-  strcpy(buf + k, n > k ? "..." : "");
+  memcpy(buf + k, n > k ? "..." : "", n > k ? 4 : 1);
   return buf;
 }
 

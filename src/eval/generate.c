@@ -200,6 +200,7 @@ static void stream(Gen *g, Seq *s) {
 
 /* Append the sampled token; decide whether the sequence ends. */
 static void accept(Gen *g, Seq *s, int32_t id) {
+  if (!s->ids) fm_abort_one(1, "generate: internal error: sequence buffer not allocated");
   s->ids[s->len++] = id;
   g->generated++;
   if (id == fm_tok_eos_id(g->tok)) {

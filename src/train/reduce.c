@@ -48,9 +48,10 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   if (exact) {
     g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
     g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
-  } else {
-    g->sendf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->sendf);
   }
+  /* fast mode stages the whole gradient here; both modes stage the shard
+   * for the parameter all-gather */
+  g->sendf = fm_xcalloc((size_t)(exact ? g->S : g->P * g->S), sizeof *g->sendf);
   g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
   return 0;
 }
@@ -188,10 +189,9 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
 
 int fm_reduce_allgather(FmReduce *g, float *w) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
-  float *send = g->exact ? (float *)g->acc_shard : g->sendf; /* reuse: at least S floats */
-  memcpy(send, w + lo, (size_t)len * sizeof(float));
-  if (len < g->S) memset(send + len, 0, (size_t)(g->S - len) * sizeof(float));
-  int rc = fm_comm_allgather(g->comm, send, g->shardf, g->S, FM_DT_F32);
+  memcpy(g->sendf, w + lo, (size_t)len * sizeof(float));
+  if (len < g->S) memset(g->sendf + len, 0, (size_t)(g->S - len) * sizeof(float));
+  int rc = fm_comm_allgather(g->comm, g->sendf, g->shardf, g->S, FM_DT_F32);
   if (rc) return rc;
   for (int r = 0; r < g->P; r++)
     memcpy(w + g->lo[r], g->shardf + (int64_t)r * g->S, (size_t)(g->hi[r] - g->lo[r]) * sizeof(float));

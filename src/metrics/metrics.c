@@ -142,8 +142,9 @@ void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height) {
     if (m->eloss[i] > hi) hi = m->eloss[i];
   }
   if (!(hi > lo)) hi = lo + 1.0;
-  char *grid = fm_xmalloc((size_t)(width * height));
-  memset(grid, ' ', (size_t)(width * height));
+  const size_t cells = (size_t)width * (size_t)height;
+  char *grid = fm_xmalloc(cells);
+  memset(grid, ' ', cells);
   const int64_t s0 = m->step[0], s1 = m->step[m->n - 1] > s0 ? m->step[m->n - 1] : s0 + 1;
   /* Each column shows the mean training loss of the steps that fall in it. */
   for (int c = 0; c < width; c++) {
@@ -155,18 +156,18 @@ void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height) {
     }
     if (!cnt) continue;
     int row = (int)((hi - sum / cnt) / (hi - lo) * (height - 1) + 0.5);
-    grid[row * width + c] = '*';
+    grid[(size_t)row * (size_t)width + (size_t)c] = '*';
   }
   for (int64_t i = 0; i < m->ne; i++) {
     int col = (int)((double)(m->estep[i] - s0) * (width - 1) / (double)(s1 - s0) + 0.5);
     if (col < 0 || col >= width) continue;
     int row = (int)((hi - m->eloss[i]) / (hi - lo) * (height - 1) + 0.5);
-    grid[row * width + col] = 'v';
+    grid[(size_t)row * (size_t)width + (size_t)col] = 'v';
   }
   fprintf(out, "loss curve (* train, v validation), steps %lld..%lld\n", (long long)s0, (long long)s1);
   for (int r = 0; r < height; r++) {
     double y = hi - (hi - lo) * r / (height - 1);
-    fprintf(out, "%8.3f |%.*s\n", y, width, grid + r * width);
+    fprintf(out, "%8.3f |%.*s\n", y, width, grid + (size_t)r * (size_t)width);
   }
   fprintf(out, "         +%.*s\n", width,
           "----------------------------------------------------------------------------------------------------"

@@ -41,6 +41,13 @@
  *                                itself (a deterministic preemption).
  *   FMHPC_CKPT_TEST_NO_SPACE_CHECK  skip the free-space check before a write,
  *                                so a full disk fails inside HDF5 (ENOSPC).
+ * Known limit: a disk that fills up DURING a write (after the free-space
+ * check passed) can hang the job: with HDF5 1.10.8 / Open MPI 4.1.4, after an
+ * ENOSPC inside a collective write the ranks take different collective paths
+ * in H5Fclose (seen: one in MPI_File_set_size, one in a metadata-cache
+ * barrier). The free-space check before every write is what keeps a full
+ * disk a clean error; the tested case is a disk without room for the next
+ * checkpoint.
  * Each params/optim dataset also has the attribute flat_offset (its first
  * element's index in the flat vector) so a reader can recompute checksums. */
 #ifndef FMHPC_CKPT_H

@@ -4,10 +4,10 @@
 # parameters) against a float MPI_Allreduce of the same size (plain DDP) and
 # fmhpc's fast mode, at P = 2 and 4 (oversubscribed on small machines).
 # Goal: exact <= 1.3x the float allreduce. Not run in CI.
-#   bench/reduce/run.sh [BUILD_DIR] [N_PARAMS (GPT-2 124M)] [REPS]
+#   bench/reduce/run.sh [CPU_BUILD_DIR (default: build-bench, made here)] [N_PARAMS (GPT-2 124M)] [REPS]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
+source "$ROOT/bench/cpu_lib.sh" "${1:-}"
 N="${2:-124439808}"
 REPS="${3:-3}"
 OUT="$(mktemp -d)"

@@ -5,10 +5,10 @@
 # Prints ms/step, tokens/s, GFLOP/s (6N + attention per token), the share of
 # the machine's measured fp32 GEMM peak (multi-threaded OpenBLAS sgemm 2048^3),
 # and fmhpc/PyTorch. Goals: >= 2x PyTorch's tokens/s at T=256, >= 60% of peak.
-# Not run in CI.   bench/step_cpu/run.sh [BUILD_DIR] [THREADS (nproc)] [STEPS (5)]
+# Not run in CI.   bench/step_cpu/run.sh [CPU_BUILD_DIR (default build-bench)] [THREADS (nproc)] [STEPS (5)]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
+source "$ROOT/bench/cpu_lib.sh" "${1:-}"
 THREADS="${2:-$(nproc)}"
 STEPS="${3:-5}"
 OUT="$(mktemp -d)"
@@ -22,7 +22,7 @@ printf "%-22s %9s %9s %9s %9s %7s %9s %9s %7s\n" case fm_ms fm_tok/s GFLOP/s pea
 while read -r name arch C L NH NKV F V T B; do
   f=$(OMP_NUM_THREADS=$THREADS "$OUT/bench_step" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
   p=$(/usr/bin/python3 "$ROOT/bench/step_cpu/torch_step.py" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
-  get() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+  get() { grep -o " $1=[0-9.]*" <<<" $2" | head -1 | cut -d= -f2; }
   awk -v n="$name" -v fm="$(get ms_step "$f")" -v ft="$(get tok_s "$f")" -v g="$(get gflops "$f")" \
       -v pk="$(get peak_gflops "$f")" -v pm="$(get ms_step "$p")" -v pt="$(get tok_s "$p")" 'BEGIN {
     printf "%-22s %9.1f %9.0f %9.2f %9.2f %6.1f%% %9.1f %9.0f %6.2fx\n", n, fm, ft, g, pk, 100*g/pk, pm, pt, ft/pt }'

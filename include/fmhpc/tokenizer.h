@@ -101,7 +101,6 @@ int fm_bpe_train(const FmBpeTrainOpts *o, FmComm *comm, FmTokenizer **out, FILE 
 /* task='tokenizer' (src/data/tok_task.c): train on the &tokenizer inputs
  * (JSONL globs; each record's 'text') and write &tokenizer output. */
 #include "fmhpc/deck.h"
-#include "fmhpc/runtime.h"
 int fm_tokenizer_task(const FmDeck *deck, FmComm *world, FILE *log);
 
 /* ---- command line (fmhpc --encode/--decode TOK) -------------------------- */

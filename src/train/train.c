@@ -42,7 +42,9 @@ typedef struct Run {
   int64_t B, b, M, T, first, count; /* this rank's micro-batches [first, first+count) */
   FmBatch *mb;                      /* (count) micro-batches of the current step */
   float *weights;                   /* (count, b*T) token weights */
-  int32_t *sampled;                 /* (b*T) Sophia's sampled labels */
+  int64_t *ids;                     /* (b) sample ids of one micro-batch */
+  int64_t *rows;                    /* (T) Sophia: the rows of one sequence */
+  int32_t *sampled;                 /* (count*b*T) Sophia's sampled labels */
   float *logits;                    /* (T, V) Sophia's sampling rows */
   double *mloss, *mloss_all;        /* per micro-batch loss sums: mine, all (M) */
   FmReduce red;
@@ -73,11 +75,10 @@ static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
 /* Read this rank's micro-batches of `step` and set token weights to
  * mask / (unmasked targets of the whole step, all ranks). */
 static int64_t read_step(Run *r, int64_t step) {
-  int64_t ids[4096];
   int64_t mine = 0, all = 0;
   for (int64_t i = 0; i < r->count; i++) {
-    fm_sampler_micro_ids(&r->sampler, step, r->first + i, ids);
-    FM_CHECK(fm_store_read_batch_coll(r->train, ids, r->b, &r->mb[i]));
+    fm_sampler_micro_ids(&r->sampler, step, r->first + i, r->ids);
+    FM_CHECK(fm_store_read_batch_coll(r->train, r->ids, r->b, &r->mb[i]));
     for (int64_t n = 0; n < r->b * r->T; n++) mine += r->mb[i].loss_mask[n];
   }
   FM_CHECK(fm_comm_allreduce(r->dp, &mine, &all, 1, FM_DT_I64, FM_OP_SUM));
@@ -117,10 +118,9 @@ static void sophia_hessian(Run *r, int64_t step, int64_t ntokens) {
   for (int64_t i = 0; i < r->count; i++) {
     targets[i] = r->sampled + i * bt;
     for (int64_t s = 0; s < r->b; s++) {
-      int64_t rows[4096];
-      for (int64_t t = 0; t < T; t++) rows[t] = s * T + t;
+      for (int64_t t = 0; t < T; t++) r->rows[t] = s * T + t;
       FmModelInput in = model_input(&r->mb[i], NULL);
-      fm_model_logits(r->model, &in, rows, T, r->logits);
+      fm_model_logits(r->model, &in, r->rows, T, r->logits);
       for (int64_t t = 0; t < T; t++) {
         const float *z = r->logits + t * V;
         double mx = -INFINITY, sum = 0, acc = 0;
@@ -251,10 +251,6 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;
   r->T = r->dims.T;
-  if (r->b * r->T > 4096 || r->T > 4096) { /* the fixed id buffers above */
-    fm_deck_error(deck, err, FM_KEY_train_micro_batch, "micro_batch * seq_len must be <= 4096 on the CPU backend");
-    return FM_EDECK;
-  }
   if ((rc = open_data(r, err))) return rc;
   fm_sampler_my_micro(&r->sampler, &r->first, &r->count);
 
@@ -275,6 +271,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   if ((rc = fm_schedule_from_deck(&r->sched, deck, err))) return rc;
   fm_spike_init_from_deck(&r->spike, deck);
 
+  r->ids = fm_xcalloc((size_t)r->b, sizeof *r->ids);
   r->mb = fm_xcalloc((size_t)(r->count > 0 ? r->count : 1), sizeof *r->mb);
   for (int64_t i = 0; i < (r->count > 0 ? r->count : 1); i++) fm_batch_alloc(&r->mb[i], r->b, r->T);
   r->weights = fm_xcalloc((size_t)(r->count * r->b * r->T), sizeof *r->weights);
@@ -283,6 +280,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->gshard = fm_xcalloc((size_t)r->red.S, sizeof *r->gshard);
   if (fm_optim_params(r->opt)->kind->step == fm_optim_find("sophia")->step) {
     r->sampled = fm_xcalloc((size_t)(r->count * r->b * r->T), sizeof *r->sampled);
+    r->rows = fm_xcalloc((size_t)r->T, sizeof *r->rows);
     r->logits = fm_xcalloc((size_t)(r->T * r->dims.V), sizeof *r->logits);
   }
   r->flops_per_step = r->kind->train_flops_per_token(&r->dims) * (double)(r->B * r->T);
@@ -295,6 +293,8 @@ static void teardown(Run *r) {
   free(r->mb);
   free(r->weights);
   free(r->sampled);
+  free(r->rows);
+  free(r->ids);
   free(r->logits);
   free(r->mloss);
   free(r->mloss_all);

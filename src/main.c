@@ -105,15 +105,21 @@ static int read_decks(Args *a, FmComm *world) {
   for (int i = 0; i < a->nsrc; i++) {
     if (a->src[i].is_override) continue;
     char *text = NULL;
+    size_t len = 0;
     if (world->rank == 0) {
-      if (fm_read_file(a->src[i].name, &text, NULL) != 0) {
+      if (fm_read_file(a->src[i].name, &text, &len) != 0) {
         fprintf(stderr, "fmhpc: cannot read deck '%s': %s\nhint: check the path; decks ship in inputs/\n",
                 a->src[i].name, strerror(errno));
         status = FM_EIO;
+      } else {
+        status = fm_deck_check_bytes(a->src[i].name, text, len, stderr);
       }
     }
     fm_comm_bcast(world, &status, 1, FM_DT_I32, 0);
-    if (status) return status;
+    if (status) {
+      free(text);
+      return status;
+    }
     fm_comm_bcast_str(world, &text, 0);
     a->src[i].text = text;
   }

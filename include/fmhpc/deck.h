@@ -91,6 +91,11 @@ void fm_deck_init(FmDeck *d);
  * and FM_EDECK is returned; all ranks binding the same text see the same
  * result. Warnings (a repeated key) go to `err` and count in d->nwarnings. */
 int fm_deck_bind(FmDeck *d, int nsrc, const FmDeckSource *src, FILE *err);
+/* A deck file's raw bytes before binding: a NUL byte would silently end the
+ * text there (everything after it unread, defaults used), so it is an error
+ *   name:line:col: a NUL byte (\0): a deck is text
+ * Returns 0 or FM_EDECK. */
+int fm_deck_check_bytes(const char *name, const char *text, size_t len, FILE *err);
 /* Cross-key rules that belong to the deck itself (global_batch a multiple of
  * micro_batch, ...), after bind. Model, optimizer and data rules (d_model %
  * n_head, ...) live in those modules and report through fm_deck_error. */

@@ -605,6 +605,24 @@ int fm_deck_bind(FmDeck *d, int nsrc, const FmDeckSource *src, FILE *err) {
   return nerrors ? FM_EDECK : 0;
 }
 
+int fm_deck_check_bytes(const char *name, const char *text, size_t len, FILE *err) {
+  const char *nul = memchr(text, '\0', len);
+  if (!nul) return 0;
+  int line = 1;
+  const char *line_start = text;
+  for (const char *p = text; p < nul; p++)
+    if (*p == '\n') {
+      line++;
+      line_start = p + 1;
+    }
+  if (err)
+    fprintf(err,
+            "%s:%d:%d: a NUL byte (\\0): a deck is text, and everything after it would be ignored\n"
+            "hint: remove it; a deck saved by a word processor or a damaged copy can hold one\n",
+            name, line, (int)(nul - line_start) + 1);
+  return FM_EDECK;
+}
+
 /* ---- defaults ------------------------------------------------------------ */
 /* A default is bound like a deck assignment (same grammar, same checks); one
  * that fails is a bug in keys.def, caught by the unit tests. */

@@ -275,3 +275,18 @@ FM_TEST(err_silent_ranks_agree) {
   FM_EXPECT_EQ_INT(d.c.model.d_model, 64);
   fm_deck_free(&d);
 }
+
+/* A NUL byte would end the text early (the rest unread, defaults used):
+ * refused with its line and column; text without one passes. */
+FM_TEST(err_nul_byte) {
+  static const char text[] = "&run seed = 1 /\n&optim\n  lr = 3e-4\0 /\n&train steps = 5 /\n";
+  char *msgs = NULL;
+  size_t len = 0;
+  FILE *err = open_memstream(&msgs, &len);
+  FM_EXPECT_EQ_INT(fm_deck_check_bytes("t.in", text, sizeof text - 1, err), FM_EDECK);
+  fclose(err);
+  FM_EXPECT_EQ_STR(msgs, "t.in:3:12: a NUL byte (\\0): a deck is text, and everything after it would be ignored\n"
+                         "hint: remove it; a deck saved by a word processor or a damaged copy can hold one\n");
+  free(msgs);
+  FM_EXPECT_EQ_INT(fm_deck_check_bytes("t.in", text, 30, NULL), 0);
+}

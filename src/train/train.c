@@ -10,12 +10,14 @@
  * gradient sums), data/sampler.c (stateless sample order) and here: the loss is
  * gathered per micro-batch and summed in micro-batch order, validation batches
  * likewise. Setup, evaluation and reporting are below the loop. */
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "fmhpc/ckpt.h"
 #include "fmhpc/data.h"
@@ -409,6 +411,19 @@ static int save(Run *r, int64_t step, FILE *err) {
   return rc;
 }
 
+/* Rank 0 writes metrics, the summary and final/ into &run out_dir: found
+ * unwritable before step 1, not after the last step (the caller shares the
+ * verdict with every rank). */
+static int check_out_dir(const char *dir, FILE *err) {
+  if (fm_mkdirs(dir) == 0 && access(dir, W_OK | X_OK) == 0) return 0;
+  if (err)
+    fprintf(err,
+            "fmhpc: &run out_dir = '%s': cannot create or write the directory: %s\n"
+            "hint: point &run out_dir at a writable directory (run%%out_dir='runs/x' on the command line)\n",
+            dir, strerror(errno));
+  return FM_EIO;
+}
+
 /* FMHPC_CKPT_TEST_SIGNAL_AT=N (tests only): after step N the last rank
  * raises SIGUSR1 on itself, a preemption at a known step. */
 static void test_signal_hook(const FmComm *dp, int64_t step) {
@@ -443,9 +458,16 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     return (int)start;
   }
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
-  if (dp->rank == 0)
+  if (dp->rank == 0) rc = check_out_dir(c->run.out_dir, err);
+  if (dp->rank == 0 && !rc)
     rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, start, loaded, err)
                    : fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);
+  FM_CHECK(fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0)); /* an unwritable out_dir stops every rank, not rank 0 alone */
+  if (rc) {
+    fm_metrics_close(r.metrics);
+    teardown(&r);
+    return rc;
+  }
   fm_log0("train: %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d, %s reduction, %s",
           r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps, (long long)r.B,
           (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());

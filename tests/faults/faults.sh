@@ -1,0 +1,45 @@
+#!/bin/bash
+# faults.sh CASE FMHPC MPIEXEC FIXTURES ENCODER_DIR WORK: one fault case
+# (tests/faults/tests.cmake, issue 14). Each case runs fmhpc under mpiexec
+# inside `timeout`, so a hang fails the test instead of stalling ctest, and
+# asserts the exit status and fmhpc's own message.
+#   data      prep a tiny store (the fixture of the cases below)
+#   out_dir   run%out_dir a regular file / under /proc at 2 ranks: clean error, no hang
+set -euo pipefail
+case_=$1 FMHPC=$2 MPIEXEC=$3 FX=$4 ENC=$5 WORK=$6
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+DATA=$WORK/data/store
+mkdir -p "$WORK"
+fail() { echo "FAIL: $*"; exit 1; }
+# tiny gpt2 on the tiny store: seconds per run
+TRAIN=("$SRC/inputs/gpt2_nano.in" model%d_model=32 model%n_layer=1 model%n_head=2 model%seq_len=32
+       "data%train='$DATA/train.json'" "data%valid=''" train%steps=4 train%global_batch=4 train%micro_batch=1
+       eval%every=0 log%every=1 log%plot=F log%peak_tflops=1 optim%warmup_steps=1)
+# expect NAME SECONDS STATUS REGEX ARGS...: run at 2 ranks; the status ('nz':
+# any failure), the time limit and REGEX in the output
+expect() {
+  local name=$1 secs=$2 want=$3 re=$4 rc=0
+  shift 4
+  timeout -k 5 "$secs" "$MPIEXEC" -n 2 "$FMHPC" "$@" > "$WORK/$name.log" 2>&1 || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "$name: still running after $secs s (a hang)"
+  if [ "$want" = nz ]; then [ "$rc" -ne 0 ] || fail "$name: exited 0"; else [ "$rc" = "$want" ] || { tail -20 "$WORK/$name.log"; fail "$name: exited $rc, expected $want"; }; fi
+  grep -qE -- "$re" "$WORK/$name.log" || { tail -20 "$WORK/$name.log"; fail "$name: no '$re' in the output"; }
+  echo "$name: exit $rc, $(grep -m1 -E -- "$re" "$WORK/$name.log")"
+}
+
+case $case_ in
+data)
+  rm -rf "$WORK/data" && mkdir -p "$WORK/data"
+  (cd "$WORK/data" && "$MPIEXEC" -n 1 "$FMHPC" "$SRC/inputs/prep_linuxdoc_nano.in" "prep%inputs='$FX/linuxdoc_small.jsonl'" \
+    "prep%tokenizer='$ENC'" "prep%output='store'" prep%seq_len=32 "prep%format='bin'" prep%valid_fraction=0 \
+    prep%progress_seconds=0 > log.txt 2>&1) || { tail -20 "$WORK/data/log.txt"; fail "prep"; }
+  echo "PASS: data"
+  ;;
+out_dir)
+  : > "$WORK/a_file"
+  expect out_dir_file 60 nz "out_dir = '$WORK/a_file/run'.*cannot create" "${TRAIN[@]}" "run%out_dir='$WORK/a_file/run'"
+  expect out_dir_proc 60 nz "out_dir = '/proc/fmhpc_run'.*cannot create" "${TRAIN[@]}" "run%out_dir='/proc/fmhpc_run'"
+  echo "PASS: out_dir"
+  ;;
+*) fail "unknown case $case_" ;;
+esac

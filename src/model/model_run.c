@@ -11,24 +11,20 @@
 
 /* ---- FmModel ---------------------------------------------------------------- */
 
-/* The model ops a model needs from its backend. */
-#define FM_MODEL_OPS(X)                                                                                              \
-  X(alloc)                                                                                                           \
-  X(free)                                                                                                            \
-  X(memset)                                                                                                          \
-  X(copy_to_device) X(copy_to_host) X(copy) X(gelu_fwd) X(gelu_bwd) X(swiglu_fwd) X(swiglu_bwd) X(add) X(matmul_fwd) \
-      X(matmul_bwd) X(layernorm_fwd) X(layernorm_bwd) X(rmsnorm_fwd) X(rmsnorm_bwd) X(rope_fwd) X(rope_bwd)          \
-          X(attention_fwd) X(attention_bwd) X(xent_fwd_bwd) X(embedding_fwd) X(embedding_bwd) X(round_bf16)
-
+/* The ops a model needs from its backend: those ops.def marks `model`. */
 static int check_backend(const FmBackend *be, FILE *err) {
   int rc = 0;
-#define X(op)                                                                                            \
+#define FM__MODEL_OP_extra(op)
+#define FM__MODEL_OP_model(op)                                                                           \
   if (!be->op) {                                                                                         \
     if (err) fprintf(err, "error: the %s backend has no %s op: it cannot run a model\n", be->name, #op); \
     rc = FM_EINVAL;                                                                                      \
   }
-  FM_MODEL_OPS(X)
-#undef X
+#define FM_OP(name, cuda, use, ret, params) FM__MODEL_OP_##use(name)
+#include "fmhpc/ops.def"
+#undef FM_OP
+#undef FM__MODEL_OP_model
+#undef FM__MODEL_OP_extra
   return rc;
 }
 
@@ -222,9 +218,10 @@ int fm_model_gen_create(FmModel **out, FmModel *m, FILE *err) {
   g->dec_pos_host = fm_xmalloc((size_t)B * sizeof(int32_t));
   g->final = act_named(g, "final");
   const int64_t kv = 2 * m->d.L * m->B * m->d.T * m->d.NKV * m->d.HS;
-  fm_log0("generation: key/value cache %.1f MiB (the model's activations, %lld sequences x %lld positions), "
-          "decode buffers %.1f MiB\n",
-          mib(kv, 4), (long long)B, (long long)m->d.T, mib(g->acts.numel + B * V + 4 * B, 4));
+  fm_log0(
+      "generation: key/value cache %.1f MiB (the model's activations, %lld sequences x %lld positions), "
+      "decode buffers %.1f MiB\n",
+      mib(kv, 4), (long long)B, (long long)m->d.T, mib(g->acts.numel + B * V + 4 * B, 4));
   *out = g;
   return FM_OK;
 }
@@ -250,8 +247,8 @@ void fm_model_decode(FmModel *g, const int32_t *tokens, const int32_t *pos, floa
   be->copy_to_host(logits_out, g->rows_logits, B * V * (int64_t)sizeof(float));
 }
 
-void fm__model_decode_attend(const FmModel *m, float *out, const float *q, const float *k, const float *v,
-                             int64_t ldq, int64_t ld_new, float *kc, float *vc, int64_t ldkv) {
+void fm__model_decode_attend(const FmModel *m, float *out, const float *q, const float *k, const float *v, int64_t ldq,
+                             int64_t ld_new, float *kc, float *vc, int64_t ldkv) {
   const FmBackend *be = m->be;
   const FmModelDims *d = &m->d;
   const int64_t Tc = m->parent->d.T, row = d->NKV * d->HS * (int64_t)sizeof(float);

@@ -1,6 +1,7 @@
 /* adamw.c: the AdamW shard update (torch.optim.AdamW; optim.h). Each decay
- * segment calls fm_cpu_adamw_update, whose body (src/tensor/elementwise.h) is
- * shared with the CUDA kernel, so both backends give the same bits. */
+ * segment calls the backend's adamw_update op, whose body
+ * (src/tensor/elementwise.h) is shared with the CUDA kernel, so both backends
+ * give the same bits. */
 #include <math.h>
 
 #include "optim_internal.h"
@@ -14,7 +15,7 @@ void fm__optim_step_adamw(FmOptim *o, float *w, const float *g, int64_t t, float
   for (int s = 0; s < o->nseg; s++) {
     const int64_t a = o->seg[s].lo - o->lo, n = o->seg[s].hi - o->seg[s].lo;
     const float wd = o->seg[s].decay ? (float)p->weight_decay : 0.0f;
-    fm_cpu_adamw_update(w + a, m + a, v + a, g + a, n, lr, (float)p->beta1, (float)p->beta2, (float)p->eps, wd, bc1,
+    o->be->adamw_update(w + a, m + a, v + a, g + a, n, lr, (float)p->beta1, (float)p->beta2, (float)p->eps, wd, bc1,
                         bc2);
   }
 }

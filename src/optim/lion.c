@@ -9,7 +9,6 @@ void fm__optim_step_lion(FmOptim *o, float *w, const float *g, int64_t t, float 
   for (int s = 0; s < o->nseg; s++) {
     const int64_t a = o->seg[s].lo - o->lo, b = o->seg[s].hi - o->lo;
     const float wd = o->seg[s].decay ? (float)p->weight_decay : 0.0f;
-#pragma omp parallel for schedule(static) if (b - a >= FM_OPTIM_OMP_MIN)
-    for (int64_t i = a; i < b; i++) fm__lion(&w[i], &m[i], g[i], lr, b1, omb1, b2, omb2, wd);
+    o->be->lion_update(w + a, m + a, g + a, b - a, lr, b1, omb1, b2, omb2, wd);
   }
 }

@@ -97,6 +97,7 @@ FmOptim *fm_optim_create(const FmOptimParams *p, const FmTensorTable *params, in
   }
   FmOptim *o = fm_xcalloc(1, sizeof *o);
   o->p = *p;
+  o->be = fm_backend_cpu();
   o->lo = lo;
   o->hi = hi;
   const int64_t n = hi - lo;

@@ -17,8 +17,7 @@ void fm__optim_step_sophia(FmOptim *o, float *w, const float *g, int64_t t, floa
   for (int s = 0; s < o->nseg; s++) {
     const int64_t a = o->seg[s].lo - o->lo, b = o->seg[s].hi - o->lo;
     const float wd = o->seg[s].decay ? (float)p->weight_decay : 0.0f;
-#pragma omp parallel for schedule(static) if (b - a >= FM_OPTIM_OMP_MIN)
-    for (int64_t i = a; i < b; i++) fm__sophia(&w[i], &m[i], h[i], g[i], lr, b1, omb1, bc1, gamma, eps, wd);
+    o->be->sophia_update(w + a, m + a, h + a, g + a, b - a, lr, b1, omb1, bc1, gamma, eps, wd);
   }
 }
 
@@ -27,7 +26,6 @@ int fm_optim_sophia_hessian_update(FmOptim *o, const float *ghat_shard, int64_t 
   const float b2 = (float)o->p.beta2, omb2 = (float)(1.0 - o->p.beta2), B = (float)batch_tokens;
   float *h = fm__optim_state(o, 1);
   const int64_t n = o->hi - o->lo;
-#pragma omp parallel for schedule(static) if (n >= FM_OPTIM_OMP_MIN)
-  for (int64_t i = 0; i < n; i++) fm__sophia_hessian(&h[i], ghat_shard[i], B, b2, omb2);
+  o->be->sophia_hessian_update(h, ghat_shard, n, B, b2, omb2);
   return 0;
 }

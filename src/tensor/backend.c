@@ -4,66 +4,27 @@
  * may be handed out (built with CUDA, and a device answers). */
 #include "fmhpc/tensor.h"
 
+/* Both tables from ops.def: every op in the CPU table; in the CUDA table the
+ * ops marked `cuda`, NULL for the rest (callers check: fm_model_create needs
+ * every `model` op). */
+#define FM_OP(name, cuda, use, ret, params) .name = fm_cpu_##name,
 static const FmBackend fm__cpu_backend = {
     .name = "cpu",
     .host_accessible = 1,
-    .alloc = fm_cpu_alloc,
-    .free = fm_cpu_free,
-    .memset = fm_cpu_memset,
-    .copy_to_device = fm_cpu_copy,
-    .copy_to_host = fm_cpu_copy,
-    .copy = fm_cpu_copy,
-    .synchronize = fm_cpu_synchronize,
-    .gelu_fwd = fm_cpu_gelu_fwd,
-    .gelu_bwd = fm_cpu_gelu_bwd,
-    .swiglu_fwd = fm_cpu_swiglu_fwd,
-    .swiglu_bwd = fm_cpu_swiglu_bwd,
-    .add = fm_cpu_add,
-    .scale = fm_cpu_scale,
-    .cast_f32_to_bf16 = fm_cpu_cast_f32_to_bf16,
-    .cast_bf16_to_f32 = fm_cpu_cast_bf16_to_f32,
-    .round_bf16 = fm_cpu_round_bf16,
-    .adamw_update = fm_cpu_adamw_update,
-    .matmul_fwd = fm_cpu_matmul_fwd,
-    .matmul_bwd = fm_cpu_matmul_bwd,
-    .layernorm_fwd = fm_cpu_layernorm_fwd,
-    .layernorm_bwd = fm_cpu_layernorm_bwd,
-    .rmsnorm_fwd = fm_cpu_rmsnorm_fwd,
-    .rmsnorm_bwd = fm_cpu_rmsnorm_bwd,
-    .rope_fwd = fm_cpu_rope_fwd,
-    .rope_bwd = fm_cpu_rope_bwd,
-    .attention_fwd = fm_cpu_attention_fwd,
-    .attention_bwd = fm_cpu_attention_bwd,
-    .attention_decode = fm_cpu_attention_decode,
-    .xent_fwd_bwd = fm_cpu_xent_fwd_bwd,
-    .embedding_fwd = fm_cpu_embedding_fwd,
-    .embedding_bwd = fm_cpu_embedding_bwd,
-    .set_compute_bf16 = fm_cpu_set_compute_bf16,
+#include "fmhpc/ops.def"
 };
+#undef FM_OP
 
 #ifdef FMHPC_HAVE_CUDA
+#define FM__OP_CUDA_FN_cuda(name)           fm_cuda_##name
+#define FM__OP_CUDA_FN_nocuda(name)         NULL
+#define FM_OP(name, cuda, use, ret, params) .name = FM__OP_CUDA_FN_##cuda(name),
 static const FmBackend fm__cuda_backend = {
     .name = "cuda",
     .host_accessible = 0,
-    .alloc = fm_cuda_alloc,
-    .free = fm_cuda_free,
-    .memset = fm_cuda_memset,
-    .copy_to_device = fm_cuda_copy_to_device,
-    .copy_to_host = fm_cuda_copy_to_host,
-    .copy = fm_cuda_copy,
-    .synchronize = fm_cuda_synchronize,
-    .gelu_fwd = fm_cuda_gelu_fwd,
-    .gelu_bwd = fm_cuda_gelu_bwd,
-    .swiglu_fwd = fm_cuda_swiglu_fwd,
-    .swiglu_bwd = fm_cuda_swiglu_bwd,
-    .add = fm_cuda_add,
-    .scale = fm_cuda_scale,
-    .cast_f32_to_bf16 = fm_cuda_cast_f32_to_bf16,
-    .cast_bf16_to_f32 = fm_cuda_cast_bf16_to_f32,
-    .round_bf16 = fm_cuda_round_bf16,
-    .adamw_update = fm_cuda_adamw_update,
-    /* model ops: NULL until the CUDA kernels land with their tests */
+#include "fmhpc/ops.def"
 };
+#undef FM_OP
 #endif
 
 static void set_status(int *status, int value) {

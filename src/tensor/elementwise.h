@@ -1,7 +1,8 @@
 /* elementwise.h: the one body of every elementwise op, shared by the CPU loops
  * (src/tensor/cpu/elementwise.c) and the CUDA kernels (src/tensor/cuda/
  * elementwise.cu): GELU (tanh approximation) and SwiGLU forward/backward,
- * bf16 <-> fp32, AdamW, residual add, scale. Private to src/tensor/; the
+ * bf16 <-> fp32, the optimizer updates (AdamW, Lion, Sophia-G), residual add,
+ * scale. Private to src/tensor/; the
  * public interface is FmBackend (include/fmhpc/backend.h).
  *
  * Bits. Every + - * / and sqrt goes through fm_addf/fm_subf/fm_mulf/fm_divf/
@@ -172,6 +173,36 @@ FM_HD static inline void fm_adamw(float *w, float *m, float *v, float g, float l
   *w = fm_subf(*w, fm_mulf(lr, step));
   *m = mi;
   *v = vi;
+}
+
+/* ---- Lion (Chen et al. 2023, Program 1) ------------------------------------- */
+/* Update with the interpolation c, then move the momentum with beta2. omb1 =
+ * 1 - b1 and omb2 = 1 - b2 come from the caller (double, rounded once). */
+FM_HD static inline void fm_lion(float *w, float *m, float g, float lr, float b1, float omb1, float b2, float omb2,
+                                 float wd) {
+  float c = fm_addf(fm_mulf(b1, *m), fm_mulf(omb1, g));
+  float s = c > 0.0f ? 1.0f : (c < 0.0f ? -1.0f : c); /* torch.sign: 0 -> 0, NaN -> NaN */
+  *w = fm_subf(*w, fm_mulf(lr, fm_addf(s, fm_mulf(wd, *w))));
+  *m = fm_addf(fm_mulf(b2, *m), fm_mulf(omb2, g));
+}
+
+/* ---- Sophia-G (Liu et al. 2023, Levanter's form; optim.h) ------------------- */
+/* bc1 = 1 - beta1^t, or 1 without bias correction. The comparisons keep NaN
+ * (a NaN ratio is not clipped to +-1). */
+FM_HD static inline void fm_sophia(float *w, float *m, float h, float g, float lr, float b1, float omb1, float bc1,
+                                   float gamma, float eps, float wd) {
+  float mi = fm_addf(fm_mulf(b1, *m), fm_mulf(omb1, g));
+  float gh = fm_mulf(gamma, h);
+  float den = gh > eps ? gh : eps;
+  float u = fm_divf(fm_divf(mi, bc1), den);
+  u = u > 1.0f ? 1.0f : (u < -1.0f ? -1.0f : u);
+  *w = fm_subf(*w, fm_mulf(lr, fm_addf(u, fm_mulf(wd, *w))));
+  *m = mi;
+}
+
+/* Levanter's update_moment of B*ghat^2 (Algorithm 2, line 6). */
+FM_HD static inline void fm_sophia_hessian(float *h, float ghat, float B, float b2, float omb2) {
+  *h = fm_addf(fm_mulf(b2, *h), fm_mulf(omb2, fm_mulf(fm_mulf(ghat, ghat), B)));
 }
 
 #endif

@@ -66,3 +66,20 @@ void fm_cpu_adamw_update(float *w, float *m, float *v, const float *g, int64_t n
 #pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
   for (int64_t i = 0; i < n; i++) fm_adamw(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
 }
+
+void fm_cpu_lion_update(float *w, float *m, const float *g, int64_t n, float lr, float b1, float omb1, float b2,
+                        float omb2, float wd) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) fm_lion(&w[i], &m[i], g[i], lr, b1, omb1, b2, omb2, wd);
+}
+
+void fm_cpu_sophia_update(float *w, float *m, const float *h, const float *g, int64_t n, float lr, float b1, float omb1,
+                          float bc1, float gamma, float eps, float wd) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) fm_sophia(&w[i], &m[i], h[i], g[i], lr, b1, omb1, bc1, gamma, eps, wd);
+}
+
+void fm_cpu_sophia_hessian_update(float *h, const float *ghat, int64_t n, float B, float b2, float omb2) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) fm_sophia_hessian(&h[i], ghat[i], B, b2, omb2);
+}

@@ -32,4 +32,8 @@ void fm_cpu_copy(void *dst, const void *src, int64_t bytes) {
   if (bytes > 0 && dst != src) memcpy(dst, src, (size_t)bytes);
 }
 
+/* Host and backend memory are one: both directions are fm_cpu_copy. */
+void fm_cpu_copy_to_device(void *dst, const void *host_src, int64_t bytes) { fm_cpu_copy(dst, host_src, bytes); }
+void fm_cpu_copy_to_host(void *host_dst, const void *src, int64_t bytes) { fm_cpu_copy(host_dst, src, bytes); }
+
 void fm_cpu_synchronize(void) {}

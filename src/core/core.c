@@ -93,6 +93,8 @@ void fm_abort_one(int code, const char *fmt, ...) {
   va_start(ap, fmt);
   fm_verr(fmt, ap);
   va_end(ap);
+  fflush(stdout); /* a log line buffered on its way to a file is part of the story */
+  fflush(stderr);
   if (abort_hook) abort_hook(code);
   exit(code);
 }

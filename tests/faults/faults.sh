@@ -5,6 +5,8 @@
 # asserts the exit status and fmhpc's own message.
 #   data      prep a tiny store (the fixture of the cases below)
 #   out_dir   run%out_dir a regular file / under /proc at 2 ranks: clean error, no hang
+#   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
+#             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
 case_=$1 FMHPC=$2 MPIEXEC=$3 FX=$4 ENC=$5 WORK=$6
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,6 +42,15 @@ out_dir)
   expect out_dir_file 60 nz "out_dir = '$WORK/a_file/run'.*cannot create" "${TRAIN[@]}" "run%out_dir='$WORK/a_file/run'"
   expect out_dir_proc 60 nz "out_dir = '/proc/fmhpc_run'.*cannot create" "${TRAIN[@]}" "run%out_dir='/proc/fmhpc_run'"
   echo "PASS: out_dir"
+  ;;
+messages)
+  for i in 1 2 3 4 5; do
+    expect exit_$i 60 2 "<command line>:1:7: &optim warmup_steps = 20: must be <= &train steps = 4" \
+      "${TRAIN[@]}" optim%warmup_steps=20 "run%out_dir='$WORK/messages'"
+    expect abort_$i 60 nz "fmhpc\[rank [01]\]: out of memory allocating" "${TRAIN[@]}" model%vocab_size=4000000000 \
+      "run%out_dir='$WORK/messages'"
+  done
+  echo "PASS: messages"
   ;;
 *) fail "unknown case $case_" ;;
 esac

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bits_guard.sh FMHPC MPIEXEC WORK [--record]: a CHANGE GUARD, not a correctness
+# oracle. Short runs of the nano decks down every training path (AdamW, Lion,
+# Sophia; cosine, linear, WSD, constant; fp32 and bf16 compute; recompute;
+# spike skip; grad accumulation) on the prepped linux-doc fixture, each reduced
+# to its per-step loss bits and the final weights' SHA-256. They are compared
+# with regression/reference/bits_guard.txt, which is fmhpc's own earlier output
+# (recorded at 4fc7521 on the CI machine kind, OpenBLAS Haswell kernels): a
+# refactor that promises unchanged behaviour must leave every line equal. A
+# change that alters bits on purpose re-records with --record and says why in
+# its commit. Correctness itself is checked elsewhere (finite differences,
+# PyTorch parity, the determinism and resume cases).
+set -euo pipefail
+fmhpc=$1 mpiexec=$2 work=$3 mode=${4:-check}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+ref=$repo/regression/reference/bits_guard.txt
+cd "$work"
+common=(train%steps=6 train%global_batch=4 train%micro_batch=2 optim%warmup_steps=2 eval%every=3
+        eval%batches=2 log%every=1 log%plot=F ckpt%every=0 "ckpt%resume='none'")
+# name deck overrides...
+cases=(
+  "gpt2_adamw_cosine gpt2_nano"
+  "gpt2_recompute_accum gpt2_nano model%recompute=T train%micro_batch=1"
+  "llama_adamw_cosine llama_nano"
+  "llama_lion_linear llama_nano optim%name='lion' optim%lr=1e-4 optim%schedule='linear'"
+  "llama_sophia_wsd llama_nano optim%name='sophia' optim%sophia_k=2 optim%schedule='wsd'"
+  "llama_bf16_constant llama_nano train%precision='p=f32,c=bf16' optim%schedule='constant'"
+  "llama_spike_clip llama_nano train%spike_skip=T train%spike_window=2 train%spike_z=0.5 train%grad_clip=0.5"
+)
+out=bits_guard.txt
+: > "$out"
+for c in "${cases[@]}"; do
+  read -r -a w <<< "$c"
+  name=${w[0]} deck=${w[1]}
+  dir=bits/$name
+  rm -rf "$dir"
+  OMP_NUM_THREADS=1 "$mpiexec" -n 1 "$fmhpc" "$repo/inputs/$deck.in" "${common[@]}" "${w[@]:2}" \
+    "run%out_dir='$dir'" > "bits_$name.log" 2>&1 || { cat "bits_$name.log"; echo "FAIL: $name did not run"; exit 1; }
+  losses=$(grep -o '"loss_hex": "[^"]*"' "$dir/metrics.jsonl" | cut -d'"' -f4 | paste -sd' ')
+  nloss=$(wc -w <<< "$losses")
+  [ "$nloss" -eq 6 ] || { echo "FAIL: $name logged $nloss step losses, expected 6"; exit 1; }
+  sha=$(grep -o '"weights_sha256": "[^"]*"' "$dir/summary.json" | cut -d'"' -f4)
+  [ -n "$sha" ] || { echo "FAIL: $name: no weights_sha256 in summary.json"; exit 1; }
+  echo "$name $sha $losses" >> "$out"
+done
+if [ "$mode" = --record ]; then
+  cp "$out" "$ref"; echo "recorded $(wc -l < "$ref") cases into $ref"; exit 0
+fi
+fail=0 n=0
+while read -r name rest; do
+  n=$((n + 1))
+  want=$(grep "^$name " "$ref" | cut -d' ' -f2-) || true
+  if [ -z "$want" ]; then echo "FAIL: $name has no reference line"; fail=1
+  elif [ "$want" != "$rest" ]; then
+    echo "FAIL: $name changed"; echo "  reference: $want"; echo "  now:       $rest"; fail=1
+  else echo "same bits: $name (weights ${rest:0:16}...)"; fi
+done < "$out"
+[ "$n" -eq "$(grep -c . "$ref")" ] || { echo "FAIL: ran $n cases, the reference has $(grep -c . "$ref")"; fail=1; }
+[ $fail -eq 0 ] && echo "PASS: bits_guard ($n cases)"
+exit $fail

@@ -1,6 +1,7 @@
 /* core.h: fmhpc's lowest layer. The one status table (fm_strerror), logging
  * (rank 0 talks, fm_log0), checked-call macros for MPI/HDF5/CUDA/NCCL, the
- * abort-all vs abort-one policy, and small helpers (string, files) every module
+ * abort-all vs abort-one policy, and small helpers (string, files, the
+ * monotonic timer, mkdir -p, the message-then-hint printer) every module
  * uses. Nothing here knows about decks, models or tensors. */
 #ifndef FMHPC_CORE_H
 #define FMHPC_CORE_H
@@ -154,6 +155,19 @@ int fm_edit_distance(const char *a, const char *b);
 const char *fm_fmt_bytes(char *buf, size_t n, double bytes);
 /* Thousands separators ("1,203,807,744") into buf. */
 const char *fm_fmt_count(char *buf, size_t n, int64_t v);
+
+/* ---- time, directories, messages -------------------------------------- */
+/* Seconds on the monotonic clock (CLOCK_MONOTONIC): for intervals only. */
+double fm_now_s(void);
+/* mkdir -p: path and any missing parents (mode 0777 less the umask). A parent
+ * that cannot be made shows up as the last mkdir's errno. 0 or FM_EIO. */
+int fm_mkdirs(const char *path);
+/* mkdir -p of the directory a file path lies in (nothing when it has none). */
+int fm_mkdirs_parent(const char *file_path);
+/* The user-facing error: "message\n" then "hint: ...\n" to err. Nothing when
+ * err is NULL; no hint line when hint is NULL. */
+void fm_say(FILE *err, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void fm_vsay(FILE *err, const char *hint, const char *fmt, va_list ap);
 
 /* A growable string. */
 typedef struct FmStr {

@@ -37,7 +37,4 @@ void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height);
 double fm_metrics_last_eval(const FmMetrics *m);
 void fm_metrics_close(FmMetrics *m);
 
-/* mkdir -p; 0 or FM_EIO. */
-int fm_mkdirs(const char *path);
-
 #endif

@@ -41,6 +41,8 @@ typedef struct FmCommOps {
   int (*reduce_scatter)(FmComm *c, const void *send, void *recv, int64_t n, FmDType t, FmRedOp op);
   int (*allreduce)(FmComm *c, const void *send, void *recv, int64_t n, FmDType t, FmRedOp op);
   int (*barrier)(FmComm *c);
+  /* Frees the kind's own state (impl), NULL when it has none; the MPI
+   * communicator and the FmComm itself are freed by fm_comm_destroy. */
   void (*destroy)(FmComm *c);
 } FmCommOps;
 
@@ -79,6 +81,21 @@ void fm_comm_destroy(FmComm *c);
  * on root arrives as NULL everywhere. Goes over c->mpi with host buffers, so
  * it works for NCCL communicators too. */
 int fm_comm_bcast_str(FmComm *c, char **s, int root);
+
+/* Files named by shell globs, the same list on every rank. Rank 0 expands the
+ * patterns with glob(3) (each sorted, in pattern order; blank patterns are
+ * skipped), keeps the regular files with their sizes and broadcasts the list.
+ * A pattern that matches nothing goes to miss(ctx, i, pattern) on rank 0,
+ * which reports it and returns a status (FM_EIO when miss is NULL); the first
+ * such status ends the expansion and every rank returns it. */
+typedef struct FmFileList {
+  int n;
+  char **path;
+  int64_t *bytes;
+} FmFileList;
+typedef int (*FmGlobMiss)(void *ctx, int i, const char *pattern);
+int fm_comm_glob(FmComm *c, char *const *patterns, int npatterns, FmGlobMiss miss, void *ctx, FmFileList *out);
+void fm_file_list_free(FmFileList *l);
 
 /* The mesh: world = dp x tp with tp innermost (a tp group sits inside a
  * node). dp_rank/tp_rank are this rank's coordinates. */

@@ -17,7 +17,6 @@
 #include <unistd.h>
 
 #include "fmhpc/hash.h"
-#include "fmhpc/metrics.h"
 
 enum { WHY = 12288, ATTR_MAX = 60000 }; /* messages hold two paths */
 

@@ -15,17 +15,10 @@
  * Not here: reading corpora (the caller's read_doc), writing (fm_tok_save_json). */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fmhpc/core.h"
 #include "fmhpc/runtime.h"
 #include "tokenizer_internal.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- word counts: bytes -> count ------------------------------------------ */
 typedef struct WSlot {
@@ -350,7 +343,7 @@ static void flush_changed(Trainer *tr) {
 static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, double every, double t0) {
   FmTokenizer *t = tr->t;
   int64_t ntok = 256, done = 0;
-  double last = now_s();
+  double last = fm_now_s();
   flush_changed(tr);
   size_t bcap = 256;
   char *buf = fm_xmalloc(bcap);
@@ -388,7 +381,7 @@ static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, 
     free(ws);
     tr->pairs[top.pair].count = 0;
     flush_changed(tr);
-    double tn = now_s();
+    double tn = fm_now_s();
     if (log && (tn - last >= every || ntok == target)) {
       char a[32], b[32], c[32];
       fprintf(log, "tokenizer: merge %s, vocab %s/%s, pair count %lld, %.1f s\n", fm_fmt_count(a, sizeof a, done),
@@ -406,7 +399,7 @@ int fm_bpe_train(const FmBpeTrainOpts *o, FmComm *comm, FmTokenizer **out, FILE 
   *out = NULL;
   int rank = comm ? comm->rank : 0, size = comm ? comm->size : 1;
   if (rank != 0) log = NULL;
-  double t0 = now_s();
+  double t0 = fm_now_s();
   int64_t target = o->vocab_size - o->nspecials;
   if (target < 256 || o->nspecials < 0 || !o->read_doc) {
     if (rank == 0)
@@ -458,7 +451,7 @@ int fm_bpe_train(const FmBpeTrainOpts *o, FmComm *comm, FmTokenizer **out, FILE 
     char a[32], b[32], c[32];
     fprintf(log, "tokenizer: counted %s distinct words in %s documents (%s bytes) on %d rank%s, %.1f s\n",
             fm_fmt_count(a, sizeof a, (int64_t)w.n), fm_fmt_count(b, sizeof b, sum[0]), fm_fmt_count(c, sizeof c, sum[1]),
-            size, size == 1 ? "" : "s", now_s() - t0);
+            size, size == 1 ? "" : "s", fm_now_s() - t0);
   }
   /* 3. merges */
   Trainer tr;
@@ -481,7 +474,7 @@ int fm_bpe_train(const FmBpeTrainOpts *o, FmComm *comm, FmTokenizer **out, FILE 
   if (!rc && o->nspecials > 0) t->eos = (int32_t)next;
   if (log && !rc)
     fprintf(log, "tokenizer: done: %lld tokens (%d merges, %d specials), hash %.16s, %.1f s\n",
-            (long long)fm_tok_vocab_size(t), nmerged, o->nspecials, fm_tok_hash(t), now_s() - t0);
+            (long long)fm_tok_vocab_size(t), nmerged, o->nspecials, fm_tok_hash(t), fm_now_s() - t0);
   if (rc) {
     fm_tok_free(t);
     return rc;

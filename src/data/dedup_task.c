@@ -18,12 +18,9 @@
  *   4. rank 0 streams the inputs again and writes the outputs (.partial, then
  *      renamed). The status is broadcast so every rank returns the same. */
 #include <errno.h>
-#include <glob.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include "fmhpc/data.h"
 #include "fmhpc/dedup.h"
@@ -40,12 +37,6 @@ typedef struct Dedup {
   int32_t *file_of;
   int64_t *line_of;
 } Dedup;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static int nonempty(const char *s) { return s && s[0]; }
 
@@ -86,39 +77,28 @@ static int check_deck(Dedup *d, FILE *err) {
   return 0;
 }
 
+typedef struct Miss {
+  const FmDeck *deck;
+  FILE *err;
+} Miss;
+
+static int miss(void *ctx, int i, const char *pattern) {
+  const Miss *m = ctx;
+  fm_deck_error(m->deck, m->err, FM_KEY_dedup_inputs, "'%s' matches no file", pattern);
+  if (m->err) fprintf(m->err, "hint: relative globs start in the directory fmhpc runs in\n");
+  return FM_EDECK;
+}
+
 /* Rank 0 expands the globs (sorted by glob(3)); the list is broadcast. */
 static int find_files(Dedup *d, FmComm *world, FILE *err) {
-  const FmConfig *c = &d->deck->c;
-  FmStr list;
-  fm_str_init(&list);
-  int32_t rc = 0;
-  if (world->rank == 0)
-    for (int i = 0; i < c->dedup.inputs_n; i++) {
-      if (!nonempty(c->dedup.inputs[i])) continue;
-      glob_t g;
-      if (glob(c->dedup.inputs[i], 0, NULL, &g) != 0) {
-        fm_deck_error(d->deck, err, FM_KEY_dedup_inputs, "'%s' matches no file", c->dedup.inputs[i]);
-        if (err) fprintf(err, "hint: relative globs start in the directory fmhpc runs in\n");
-        rc = FM_EDECK;
-        continue;
-      }
-      for (size_t k = 0; k < g.gl_pathc; k++) fm_str_printf(&list, "%s\n", g.gl_pathv[k]);
-      globfree(&g);
-    }
-  fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
-  if (!rc) {
-    char *s = list.s ? list.s : "";
-    fm_comm_bcast_str(world, &s, 0);
-    for (char *q = s; *q;) {
-      char *nl = strchr(q, '\n');
-      d->files = fm_xrealloc(d->files, (size_t)(d->nfiles + 1) * sizeof *d->files);
-      d->files[d->nfiles++] = fm_xstrndup(q, (size_t)(nl - q));
-      q = nl + 1;
-    }
-    if (s != list.s && world->rank != 0) free(s);
-  }
-  fm_str_free(&list);
-  return rc;
+  Miss m = {d->deck, err};
+  FmFileList fl;
+  int rc = fm_comm_glob(world, d->deck->c.dedup.inputs, d->deck->c.dedup.inputs_n, miss, &m, &fl);
+  if (rc) return rc;
+  d->files = fl.path;
+  d->nfiles = fl.n;
+  free(fl.bytes);
+  return 0;
 }
 
 /* Visit every non-blank line of every file in order: fn(ctx, i, file, line, text). */
@@ -328,24 +308,6 @@ static void decide(const Dedup *d, const uint64_t *rows, int64_t slots, int P, D
 }
 
 /* ---- outputs (rank 0) --------------------------------------------------- */
-static int mkdir_parent(const char *path) {
-  char *s = fm_xstrdup(path);
-  char *slash = strrchr(s, '/');
-  int rc = 0;
-  if (slash && slash != s) {
-    *slash = 0;
-    for (char *p = s + 1; *p; p++)
-      if (*p == '/') {
-        *p = 0;
-        mkdir(s, 0755);
-        *p = '/';
-      }
-    if (mkdir(s, 0755) != 0 && errno != EEXIST) rc = FM_EIO;
-  }
-  free(s);
-  return rc;
-}
-
 typedef struct WriteCtx {
   const Decision *dec;
   FILE *kept, *dropped;
@@ -378,7 +340,7 @@ static int write_one(Dedup *d, void *vctx, int64_t i, int file, int64_t lineno, 
 static FILE *open_partial(const char *path, FmStr *part) {
   fm_str_init(part);
   fm_str_printf(part, "%s.partial", path);
-  if (mkdir_parent(path)) return NULL;
+  if (fm_mkdirs_parent(path)) return NULL;
   return fopen(part->s, "w");
 }
 
@@ -469,7 +431,7 @@ static void dedup_free(Dedup *d) {
 }
 
 int fm_dedup_task(const FmDeck *deck, FmComm *world, FILE *log) {
-  double t0 = now_s();
+  double t0 = fm_now_s();
   FILE *err = world->rank == 0 ? stderr : NULL;
   int P = world->size;
   Dedup d = {.deck = deck};
@@ -502,7 +464,7 @@ int fm_dedup_task(const FmDeck *deck, FmComm *world, FILE *log) {
     Decision dec = {0};
     decide(&d, rows, slots, P, &dec);
     rc = write_outputs(&d, &dec);
-    if (!rc) rc = write_report(&d, &dec, now_s() - t0, P, log);
+    if (!rc) rc = write_report(&d, &dec, fm_now_s() - t0, P, log);
     free(dec.reason);
     free(dec.dup_of);
     free(dec.dup_est);

@@ -13,11 +13,9 @@
 #include "fmhpc/data.h"
 
 #include <errno.h>
-#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fmhpc/hash.h"
@@ -117,12 +115,6 @@ typedef struct Prep {
   int64_t done_docs, done_tokens, rounds, blank;
 } Prep;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int agree(FmComm *c, int rc) {
   int32_t r = rc, worst = 0;
   if (fm_comm_allreduce(c, &r, &worst, 1, FM_DT_I32, FM_OP_MIN)) return FM_EMPI;
@@ -200,60 +192,40 @@ static bool role_trained(const Prep *p, const char *role) {
   return false;
 }
 
+typedef struct Miss {
+  const FmDeck *deck;
+  int key;
+} Miss;
+
+static int miss(void *ctx, int i, const char *pattern) {
+  const Miss *m = ctx;
+  fm_deck_error(m->deck, stderr, m->key, "'%s' matches no file", pattern);
+  fprintf(stderr, "hint: relative globs start in the directory fmhpc runs in\n");
+  return FM_EIO;
+}
+
 /* Rank 0 expands the globs (sorted, as glob(3) does) and stats the files;
- * the list is broadcast so that every rank reads the same files. */
+ * the list is broadcast so that every rank reads the same files. Training
+ * inputs first, then validation inputs. */
 static int expand_inputs(Prep *p) {
-  FmStr list;
-  fm_str_init(&list);
-  int rc = 0;
-  if (p->rank == 0) {
-    for (int v = 0; v < 2 && !rc; v++) {
-      int n = v ? p->deck->c.prep.valid_inputs_n : p->deck->c.prep.inputs_n;
-      for (int i = 0; i < n && !rc; i++) {
-        const char *pat = v ? p->deck->c.prep.valid_inputs[i] : p->deck->c.prep.inputs[i];
-        if (!nonempty(pat)) continue;
-        glob_t g;
-        int gr = glob(pat, 0, NULL, &g);
-        if (gr != 0) {
-          fm_deck_error(p->deck, stderr, v ? FM_KEY_prep_valid_inputs : FM_KEY_prep_inputs,
-                        "'%s' matches no file", pat);
-          fprintf(stderr, "hint: relative globs start in the directory fmhpc runs in\n");
-          rc = FM_EIO;
-        }
-        for (size_t k = 0; gr == 0 && k < g.gl_pathc; k++) {
-          struct stat st;
-          if (stat(g.gl_pathv[k], &st) != 0 || !S_ISREG(st.st_mode)) continue;
-          fm_str_printf(&list, "%d %lld %s\n", v, (long long)st.st_size, g.gl_pathv[k]);
-        }
-        if (gr == 0) globfree(&g);
-      }
+  const FmConfig *c = &p->deck->c;
+  Miss mt = {p->deck, FM_KEY_prep_inputs}, mv = {p->deck, FM_KEY_prep_valid_inputs};
+  FmFileList fl[2] = {{0}, {0}};
+  int rc = fm_comm_glob(p->world, c->prep.inputs, c->prep.inputs_n, miss, &mt, &fl[0]);
+  if (!rc) rc = fm_comm_glob(p->world, c->prep.valid_inputs, c->prep.valid_inputs_n, miss, &mv, &fl[1]);
+  p->in = fm_xcalloc((size_t)(fl[0].n + fl[1].n) + 1, sizeof *p->in);
+  for (int v = 0; v < 2 && !rc; v++)
+    for (int i = 0; i < fl[v].n; i++) {
+      p->in[p->nin].valid = v;
+      p->in[p->nin].bytes = fl[v].bytes[i];
+      p->in[p->nin].path = fl[v].path[i];
+      fl[v].path[i] = NULL;
+      p->total_bytes += fl[v].bytes[i];
+      p->nin++;
     }
-  }
-  rc = agree(p->world, rc);
-  if (rc) {
-    fm_str_free(&list);
-    return rc;
-  }
-  char *s = list.s;
-  fm_comm_bcast_str(p->world, &s, 0);
-  for (char *q = s; *q; q = strchr(q, '\n') + 1) p->nin++;
-  p->in = fm_xcalloc((size_t)p->nin + 1, sizeof *p->in);
-  char *q = s;
-  for (int i = 0; i < p->nin; i++) {
-    char *nl = strchr(q, '\n');
-    *nl = 0;
-    int v = 0, off = 0;
-    long long bytes = 0;
-    sscanf(q, "%d %lld %n", &v, &bytes, &off);
-    p->in[i].valid = v;
-    p->in[i].bytes = bytes;
-    p->in[i].path = fm_xstrdup(q + off);
-    p->total_bytes += bytes;
-    q = nl + 1;
-  }
-  if (s != list.s) free(s);
-  fm_str_free(&list);
-  return 0;
+  fm_file_list_free(&fl[0]);
+  fm_file_list_free(&fl[1]);
+  return rc;
 }
 
 /* ---- records to documents --------------------------------------------- */
@@ -551,7 +523,7 @@ static int sync_round(Prep *p, int err, int active, int64_t raw_bytes, int *any_
   if (rc) return rc;
   *any_active = s[1] > 0;
   p->rounds++;
-  double t = now_s();
+  double t = fm_now_s();
   if (p->log && p->deck->c.prep.progress_seconds > 0 && t - p->t_last >= p->deck->c.prep.progress_seconds) {
     double el = t - p->t0, frac = p->total_bytes ? (double)raw_bytes / (double)p->total_bytes : 1;
     char eta[32];
@@ -885,19 +857,6 @@ static void report(const Prep *p, const int64_t *tot, int64_t nW, const int64_t 
   fflush(o);
 }
 
-static int mkdir_p(const char *path) {
-  char *s = fm_xstrdup(path);
-  for (char *q = s + 1; *q; q++) {
-    if (*q != '/') continue;
-    *q = 0;
-    mkdir(s, 0755);
-    *q = '/';
-  }
-  int rc = mkdir(s, 0755) == 0 || errno == EEXIST ? 0 : FM_EIO;
-  free(s);
-  return rc;
-}
-
 /* The prep settings a resumed run must share with the killed one. */
 static void fingerprint(const Prep *p, char hex[65]) {
   const FmConfig *c = &p->deck->c;
@@ -932,7 +891,7 @@ static int prepare_dirs(Prep *p) {
     char fp[65], old[80] = "", *fpath = fm_xmalloc(strlen(p->work) + 16);
     fingerprint(p, fp);
     sprintf(fpath, "%s/fingerprint", p->work);
-    if (mkdir_p(p->work)) {
+    if (fm_mkdirs(p->work)) {
       fm_err("%s: cannot create: %s\nhint: &prep output must be a writable directory", p->work, strerror(errno));
       rc = FM_EIO;
     } else {
@@ -998,7 +957,7 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   p.rank = world->rank;
   p.P = world->size;
   p.log = world->rank == 0 ? log : NULL;
-  p.t0 = p.t_last = now_s();
+  p.t0 = p.t_last = fm_now_s();
   FILE *err = world->rank == 0 ? stderr : NULL;
   int rc = agree(world, configure(&p, err));
   if (!rc) rc = expand_inputs(&p);
@@ -1055,7 +1014,7 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   for (int i = 0; i < p.nin; i++) want_valid |= p.in[i].valid;
   for (int s = 0; s < (want_valid ? 2 : 1) && !rc; s++) rc = write_split(&p, s, nW, sum, tot, &nsh[s]);
   if (!rc) {
-    report(&p, tot, nW, nsh, now_s() - p.t0);
+    report(&p, tot, nW, nsh, fm_now_s() - p.t0);
     fm_comm_barrier(world);
     remove_work(&p, nW);
   }

@@ -34,20 +34,27 @@ int fm_tok_read_text(const char *path, char **text, size_t *len) {
   return 0;
 }
 
-static int read_stream(FILE *in, FmStr *b) {
+/* Both commands start alike: the tokenizer, then all of stdin. When the
+ * load fails *tok is NULL and nothing is held; a read error comes back with
+ * both held. */
+static int cli_start(const char *tok_path, FILE *in, FILE *err, FmTokenizer **tok, FmStr *text) {
+  int rc = fm_tok_load(tok, tok_path, err);
+  if (rc) {
+    *tok = NULL;
+    return rc;
+  }
+  fm_str_init(text);
   char chunk[65536];
   size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) fm_str_catn(b, chunk, n);
+  while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) fm_str_catn(text, chunk, n);
   return ferror(in) ? FM_EIO : 0;
 }
 
 int fm_tok_cli_encode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
-  FmTokenizer *tok;
-  int rc = fm_tok_load(&tok, tok_path, err);
-  if (rc) return rc;
-  FmStr text;
-  fm_str_init(&text);
-  rc = read_stream(in, &text);
+  FmTokenizer *tok = NULL;
+  FmStr text = {0};
+  int rc = cli_start(tok_path, in, err, &tok, &text);
+  if (!tok) return rc;
   int32_t *ids = NULL;
   int64_t n = 0, cap = 0;
   if (!rc) {
@@ -64,12 +71,10 @@ int fm_tok_cli_encode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
 }
 
 int fm_tok_cli_decode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
-  FmTokenizer *tok;
-  int rc = fm_tok_load(&tok, tok_path, err);
-  if (rc) return rc;
-  FmStr text;
-  fm_str_init(&text);
-  rc = read_stream(in, &text);
+  FmTokenizer *tok = NULL;
+  FmStr text = {0};
+  int rc = cli_start(tok_path, in, err, &tok, &text);
+  if (!tok) return rc;
   int32_t *ids = NULL;
   int64_t n = 0, cap = 0;
   for (char *p = text.s; !rc;) {

@@ -4,7 +4,6 @@
  * broadcasts the sorted list so every rank numbers the records alike; the
  * trainer asks each rank for its documents in increasing order, which a
  * forward-only stream over the files serves. */
-#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,42 +19,29 @@ typedef struct Corpus {
   FILE *err;
 } Corpus;
 
+typedef struct Miss {
+  const FmDeck *deck;
+  FILE *err;
+} Miss;
+
+static int miss(void *ctx, int i, const char *pattern) {
+  const Miss *m = ctx;
+  fm_deck_error(m->deck, m->err, FM_KEY_tokenizer_inputs, "'%s' matches no file", pattern);
+  return FM_EDECK;
+}
+
 static int corpus_files(Corpus *c, const FmDeck *deck, FmComm *world, FILE *err) {
-  const FmConfig *cfg = &deck->c;
-  FmStr list;
-  fm_str_init(&list);
-  int32_t rc = 0;
-  if (world->rank == 0) {
-    if (cfg->tokenizer.inputs_n == 0) {
-      fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "task = 'tokenizer' needs input globs");
-      rc = FM_EDECK;
-    }
-    for (int i = 0; i < cfg->tokenizer.inputs_n && !rc; i++) {
-      glob_t g;
-      if (glob(cfg->tokenizer.inputs[i], 0, NULL, &g) != 0) {
-        fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "'%s' matches no file", cfg->tokenizer.inputs[i]);
-        rc = FM_EDECK;
-        continue;
-      }
-      for (size_t k = 0; k < g.gl_pathc; k++) fm_str_printf(&list, "%s\n", g.gl_pathv[k]);
-      globfree(&g);
-    }
+  if (deck->c.tokenizer.inputs_n == 0) {
+    if (world->rank == 0) fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "task = 'tokenizer' needs input globs");
+    return FM_EDECK;
   }
-  fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
-  if (rc) {
-    fm_str_free(&list);
-    return rc;
-  }
-  char *s = list.s;
-  fm_comm_bcast_str(world, &s, 0);
-  for (char *q = s; *q;) {
-    char *nl = strchr(q, '\n');
-    c->files = fm_xrealloc(c->files, (size_t)(c->nfiles + 1) * sizeof *c->files);
-    c->files[c->nfiles++] = fm_xstrndup(q, (size_t)(nl - q));
-    q = nl + 1;
-  }
-  if (s != list.s) free(s);
-  fm_str_free(&list);
+  Miss m = {deck, err};
+  FmFileList fl;
+  int rc = fm_comm_glob(world, deck->c.tokenizer.inputs, deck->c.tokenizer.inputs_n, miss, &m, &fl);
+  if (rc) return rc;
+  c->files = fl.path;
+  c->nfiles = fl.n;
+  free(fl.bytes);
   return 0;
 }
 

@@ -7,7 +7,6 @@
  * Metaspace, byte_fallback, ...): an error names the file, the place (JSON
  * line:col or path, or "vocab.bpe line 17"), the rule, and a hint. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,17 +19,6 @@
   "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
   "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" \
   "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-
-static void say(FILE *err, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void say(FILE *err, const char *hint, const char *fmt, ...) {
-  if (!err) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(err, fmt, ap);
-  va_end(ap);
-  fputc('\n', err);
-  if (hint) fprintf(err, "hint: %s\n", hint);
-}
 
 /* A JSON string shortened for messages. */
 static const char *shown(const char *s, size_t n, char *buf, size_t cap) {
@@ -47,7 +35,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
   char *text;
   size_t len;
   if (fm_read_file(path, &text, &len)) {
-    say(err, "a GPT-2 tokenizer directory holds encoder.json and vocab.bpe", "%s: cannot read: %s", path,
+    fm_say(err, "a GPT-2 tokenizer directory holds encoder.json and vocab.bpe", "%s: cannot read: %s", path,
         strerror(errno));
     return FM_EIO;
   }
@@ -62,7 +50,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
     if (!(line == 1 && n >= 8 && !memcmp(p, "#version", 8)) && n > 0) {
       char *sp = memchr(p, ' ', n);
       if (!sp || sp == p || sp == p + n - 1 || memchr(sp + 1, ' ', (size_t)(p + n - sp - 1))) {
-        say(err, "each line of vocab.bpe is two tokens separated by one space", "%s line %lld: not a merge: '%.*s'",
+        fm_say(err, "each line of vocab.bpe is two tokens separated by one space", "%s line %lld: not a merge: '%.*s'",
             path, (long long)line, (int)(n > 60 ? 60 : n), p);
         rc = FM_EFORMAT;
         break;
@@ -73,7 +61,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
       int32_t r = nr_ > 0 ? fm__tok_lookup(t, rb, (size_t)nr_) : -1;
       int32_t m = l >= 0 && r >= 0 ? fm__tok_concat_id(t, l, r) : -1;
       if (m < 0) {
-        say(err, "vocab.bpe and encoder.json must come from the same tokenizer",
+        fm_say(err, "vocab.bpe and encoder.json must come from the same tokenizer",
             "%s line %lld: merge '%.*s': %s is not in encoder.json", path, (long long)line, (int)n, p,
             l < 0 ? "the left token" : r < 0 ? "the right token" : "the merged token");
         rc = FM_EFORMAT;
@@ -91,14 +79,14 @@ static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
   char *text;
   size_t len;
   if (fm_read_file(path, &text, &len)) {
-    say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
+    fm_say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
     return FM_EIO;
   }
   FmJsonError je;
   int rc = fm_json_parse(doc, text, len, 0, &je);
   free(text);
   if (rc) {
-    say(err, "the file must be strict JSON (RFC 8259)", "%s:%d:%d: %s", path, je.line, je.col, je.msg);
+    fm_say(err, "the file must be strict JSON (RFC 8259)", "%s:%d:%d: %s", path, je.line, je.col, je.msg);
     return FM_EFORMAT;
   }
   return 0;
@@ -109,7 +97,7 @@ static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
 static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const char *where, FILE *err) {
   char sb[80];
   if (!v || v->type != FM_JSON_OBJ) {
-    say(err, NULL, "%s: %s must be an object of token -> id", file, where);
+    fm_say(err, NULL, "%s: %s must be an object of token -> id", file, where);
     return FM_EFORMAT;
   }
   size_t cap = 64;
@@ -120,7 +108,7 @@ static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const c
     size_t kn = v->keylens[i];
     const FmJson *id = &v->items[i];
     if (id->type != FM_JSON_NUM || !id->is_int || id->i < 0 || id->i >= INT32_MAX) {
-      say(err, NULL, "%s: %s[\"%s\"]: the id must be an integer in [0, 2^31-1)", file, where, shown(k, kn, sb, sizeof sb));
+      fm_say(err, NULL, "%s: %s[\"%s\"]: the id must be an integer in [0, 2^31-1)", file, where, shown(k, kn, sb, sizeof sb));
       rc = FM_EFORMAT;
       break;
     }
@@ -132,14 +120,14 @@ static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const c
       size_t an;
       const char *ab = fm_tok_token_bytes(t, want, &an);
       if (ab && (t->flags[want] & FM__TOK_ADDED) && an == kn && !memcmp(ab, k, kn)) continue;
-      say(err, "fmhpc supports byte-level BPE: every vocabulary token is GPT-2 ByteLevel text",
+      fm_say(err, "fmhpc supports byte-level BPE: every vocabulary token is GPT-2 ByteLevel text",
           "%s: %s[\"%s\"]: not a ByteLevel token", file, where, shown(k, kn, sb, sizeof sb));
       rc = FM_EFORMAT;
       break;
     }
     int32_t other = -1;
     if (fm__tok_set(t, (int32_t)id->i, buf, (size_t)nb, FM__TOK_MODEL, &other)) {
-      say(err, NULL, "%s: %s[\"%s\"]: id %lld %s", file, where, shown(k, kn, sb, sizeof sb), (long long)id->i,
+      fm_say(err, NULL, "%s: %s[\"%s\"]: id %lld %s", file, where, shown(k, kn, sb, sizeof sb), (long long)id->i,
           other == (int32_t)id->i ? "is already another token's id" : "repeats a token already in the vocabulary");
       rc = FM_EFORMAT;
     }
@@ -233,7 +221,7 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
   for (size_t i = 0; i < sizeof tiktoken_specs / sizeof *tiktoken_specs; i++)
     if (strstr(base, tiktoken_specs[i].name)) spec = &tiktoken_specs[i];
   if (!spec) {
-    say(err,
+    fm_say(err,
         "name the file after its encoding (its name must contain r50k_base, p50k_base, cl100k_base or o200k_base), or "
         "convert it to a tokenizer.json that states its pre-tokenizer",
         "%s: a tiktoken rank file does not say its pre-tokenizer pattern or special tokens, and the name '%s' "
@@ -256,11 +244,11 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
       int64_t nb = sp ? b64decode(p, (size_t)(sp - p), buf) : -1;
       int32_t other = -1;
       if (!sp || nb <= 0 || rend != e || rank < 0 || rank >= INT32_MAX) {
-        say(err, "each line of a tiktoken file is: base64 token, one space, decimal rank", "%s line %lld: malformed",
+        fm_say(err, "each line of a tiktoken file is: base64 token, one space, decimal rank", "%s line %lld: malformed",
             path, (long long)line);
         rc = FM_EFORMAT;
       } else if (fm__tok_set(t, (int32_t)rank, buf, (size_t)nb, FM__TOK_MODEL, &other)) {
-        say(err, NULL, "%s line %lld: rank %lld %s", path, (long long)line, rank,
+        fm_say(err, NULL, "%s line %lld: rank %lld %s", path, (long long)line, rank,
             other == (int32_t)rank ? "appears twice" : "repeats a token of another rank");
         rc = FM_EFORMAT;
       }
@@ -271,7 +259,7 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
   for (int i = 0; !rc && i < 8 && spec->special[i].text; i++) {
     const char *s = spec->special[i].text;
     if (fm__tok_set(t, spec->special[i].id, s, strlen(s), FM__TOK_ADDED | FM__TOK_SPECIAL, NULL)) {
-      say(err, NULL, "%s: rank %d is a token of the file, but %s needs it for %s", path, spec->special[i].id,
+      fm_say(err, NULL, "%s: rank %d is a token of the file, but %s needs it for %s", path, spec->special[i].id,
           spec->name, s);
       rc = FM_EFORMAT;
     }
@@ -294,7 +282,7 @@ static bool bool_or(const FmJson *v, bool dflt) { return v && v->type == FM_JSON
 
 static int unsupported(FILE *err, const char *file, const char *where, const FmJson *type, const char *why) {
   char sb[80];
-  say(err,
+  fm_say(err,
       "fmhpc reads byte-level BPE tokenizer.json files (GPT-2, Llama 3, tiktoken conversions, its own): "
       "ByteLevel or Split+ByteLevel pre-tokenizers, no normalizer",
       "%s: %s%s%s%s: %s", file, where, type && type->type == FM_JSON_STR ? " type '" : "",
@@ -490,7 +478,7 @@ int fm_tok_load(FmTokenizer **tok, const char *path, FILE *err) {
   *tok = NULL;
   struct stat st;
   if (stat(path, &st) != 0) {
-    say(err, "give a tokenizer.json, a *.tiktoken rank file, or a directory with encoder.json + vocab.bpe",
+    fm_say(err, "give a tokenizer.json, a *.tiktoken rank file, or a directory with encoder.json + vocab.bpe",
         "%s: cannot open tokenizer: %s", path, strerror(errno));
     return FM_EIO;
   }
@@ -498,7 +486,7 @@ int fm_tok_load(FmTokenizer **tok, const char *path, FILE *err) {
   char *text;
   size_t len;
   if (fm_read_file(path, &text, &len)) {
-    say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
+    fm_say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
     return FM_EIO;
   }
   size_t i = 0;

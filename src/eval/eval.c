@@ -10,7 +10,6 @@
 #include <string.h>
 
 #include "fmhpc/interop.h"
-#include "fmhpc/metrics.h"
 
 double fm_eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, int64_t *ntok) {
   const int64_t P = dp->size, K = (nb + P - 1) / P, b = fm_model_batch(m);

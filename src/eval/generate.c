@@ -10,13 +10,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fmhpc/core.h"
 #include "fmhpc/data.h"
 #include "fmhpc/interop.h"
 #include "fmhpc/json.h"
-#include "fmhpc/metrics.h"
 #include "fmhpc/model.h"
 #include "fmhpc/rng.h"
 #include "fmhpc/tokenizer.h"
@@ -272,12 +270,6 @@ static void run_batch(Gen *g, Seq *seq, int64_t n, int64_t first) {
 
 /* ---- the task ----------------------------------------------------------------- */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Deck rules and inputs every rank checks alike. */
 static int load_inputs(const FmDeck *deck, Prompts *p, FmTokenizer **tok, FmTemplate *tpl, bool *has_tpl, FILE *err) {
   const FmConfig *c = &deck->c;
@@ -436,7 +428,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
       fprintf(out, "generate: %d prompts, batches of %lld, %s, max_tokens %lld, seed %llu\n", p.n, (long long)g.B,
               c->generate.temperature > 0 ? "sampling" : "greedy", (long long)c->generate.max_tokens,
               (unsigned long long)g.so.seed);
-    const double t0 = now_s();
+    const double t0 = fm_now_s();
     for (int64_t bi = b0; bi < b1; bi++) {
       const int64_t first = bi * g.B, n = p.n - first < g.B ? p.n - first : g.B;
       for (int64_t j = 0; j < n && world->rank == 0; j++) seq[first + j].stream = g.B == 1;
@@ -444,7 +436,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
       run_batch(&g, seq + first, n, first);
       if (world->rank == 0 && g.B == 1) fputs("\n", out);
     }
-    const double dt = now_s() - t0;
+    const double dt = fm_now_s() - t0;
     rc = share_results(world, seq, p.n, g.B, nb);
     int64_t tokens = 0;
     double tmax = 0;

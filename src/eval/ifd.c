@@ -13,7 +13,6 @@
 #include "fmhpc/eval.h"
 #include "fmhpc/interop.h"
 #include "fmhpc/json.h"
-#include "fmhpc/metrics.h"
 
 /* ---- token layouts ------------------------------------------------------ */
 typedef struct Ids {

@@ -19,25 +19,6 @@ static char *join(const char *dir, const char *name) {
   return s.s;
 }
 
-/* mkdir -p */
-static int make_dirs(const char *dir, FILE *err) {
-  char *p = fm_xstrdup(dir);
-  int rc = 0;
-  for (char *q = p + 1; !rc; q++) {
-    bool end = *q == 0;
-    if (*q != '/' && !end) continue;
-    *q = 0;
-    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-      if (err) fprintf(err, "%s: cannot create directory: %s\n", p, strerror(errno));
-      rc = FM_EIO;
-    }
-    if (end) break;
-    *q = '/';
-  }
-  free(p);
-  return rc;
-}
-
 /* ---- export ----------------------------------------------------------- */
 typedef struct ExportCtx {
   const FmHfTensor *ht; /* parallel to st */
@@ -62,7 +43,10 @@ int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, co
   FmHfTensor *ht = NULL;
   int n = 0;
   int rc = fm_hf_tensors(&ht, &n, k, d, params, err);
-  if (!rc) rc = make_dirs(dir, err);
+  if (!rc && fm_mkdirs(dir)) {
+    if (err) fprintf(err, "%s: cannot create directory: %s\n", dir, strerror(errno));
+    rc = FM_EIO;
+  }
   if (rc) {
     free(ht);
     return rc;

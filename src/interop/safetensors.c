@@ -75,10 +75,8 @@ static int bad(FILE *err, const char *path, const char *tensor, const char *hint
   }
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(err, fmt, ap);
+  fm_vsay(err, hint, fmt, ap);
   va_end(ap);
-  fputc('\n', err);
-  if (hint) fprintf(err, "hint: %s\n", hint);
   return FM_EFORMAT;
 }
 

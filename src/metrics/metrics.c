@@ -8,7 +8,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "fmhpc/core.h"
 #include "fmhpc/json.h"
@@ -22,22 +21,6 @@ struct FmMetrics {
   double *eloss;
   int64_t *estep;
 };
-
-int fm_mkdirs(const char *path) {
-  char *p = fm_xstrdup(path);
-  for (char *q = p + 1; *q; q++) {
-    if (*q != '/') continue;
-    *q = '\0';
-    if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-      free(p);
-      return FM_EIO;
-    }
-    *q = '/';
-  }
-  int rc = (mkdir(p, 0777) != 0 && errno != EEXIST) ? FM_EIO : 0;
-  free(p);
-  return rc;
-}
 
 int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE *err) {
   FmMetrics *m = fm_xcalloc(1, sizeof *m);

@@ -223,21 +223,13 @@ static int op_barrier(FmComm *c) {
   return 0;
 }
 
-static void op_destroy(FmComm *c) {
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin && c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
-  free(c);
-}
-
 static const FmCommOps comm_mpi_ops = {
     .bcast = op_bcast,
     .allgather = op_allgather,
     .reduce_scatter = op_reduce_scatter,
     .allreduce = op_allreduce,
     .barrier = op_barrier,
-    .destroy = op_destroy,
+    .destroy = NULL, /* no state beyond the communicator */
 };
 
 FmComm *fm_comm_mpi_create(MPI_Comm comm) {
@@ -252,8 +244,17 @@ FmComm *fm_comm_mpi_create(MPI_Comm comm) {
   return c;
 }
 
+/* Every kind owns a duplicated MPI communicator (the NCCL kind's host-side
+ * companion): freed here once, after the kind's own state. After
+ * MPI_Finalize it can no longer be freed (nor need be). */
 void fm_comm_destroy(FmComm *c) {
-  if (c) c->ops->destroy(c);
+  if (!c) return;
+  if (c->ops->destroy) c->ops->destroy(c);
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin && c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+  free(c);
 }
 
 /* Length first (-1 for NULL), then the bytes; over c->mpi whatever c's kind,

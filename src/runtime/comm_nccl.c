@@ -186,14 +186,8 @@ static void impl_free(NcclImpl *im, int abort_nccl) {
   free(im);
 }
 
-static void op_destroy(FmComm *c) {
-  impl_free(c->impl, 0);
-  int init = 0, fin = 0;
-  MPI_Initialized(&init);
-  MPI_Finalized(&fin);
-  if (init && !fin && c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
-  free(c);
-}
+/* The NCCL state only; fm_comm_destroy frees the MPI companion and c. */
+static void op_destroy(FmComm *c) { impl_free(c->impl, 0); }
 
 static const FmCommOps comm_nccl_ops = {
     .bcast = op_bcast,

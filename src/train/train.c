@@ -16,7 +16,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "fmhpc/ckpt.h"
@@ -60,12 +59,6 @@ typedef struct Run {
   char ckpt_dir[4096];
   char *deck_text; /* the resolved deck, stored in checkpoints */
 } Run;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
   FmModelInput in = {mb->tokens, targets ? targets : mb->targets, mb->position_ids, mb->segment_ids};
@@ -146,7 +139,7 @@ static void sophia_hessian(Run *r, int64_t step, int64_t ntokens) {
 }
 
 static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
-  const double t0 = now_s();
+  const double t0 = fm_now_s();
   const int64_t t = step + 1; /* optimizer steps count from 1 */
   const int64_t ntokens = read_step(r, step);
   if (fm_optim_hessian_due(r->opt, t)) sophia_hessian(r, step, ntokens);
@@ -167,7 +160,7 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   } else {
     r->skipped++;
   }
-  const double dt = now_s() - t0;
+  const double dt = fm_now_s() - t0;
   *rec = (FmStepRecord){.step = t, .loss = loss, .lr = lr, .grad_norm = norm, .tokens = ntokens, .step_s = dt,
                         .tokens_per_s = (double)(r->B * r->T) / dt, .skipped = skip, .redone = r->red.redone};
   rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size) : 0;
@@ -185,9 +178,9 @@ static double measure_peak(const FmBackend *be) {
   be->matmul_fwd(c, a, a, NULL, n, n, n);
   double best = 1e30;
   for (int k = 0; k < 3; k++) {
-    double t0 = now_s();
+    double t0 = fm_now_s();
     be->matmul_fwd(c, a, a, NULL, n, n, n);
-    double dt = now_s() - t0;
+    double dt = fm_now_s() - t0;
     best = dt < best ? dt : best;
   }
   free(a);
@@ -405,9 +398,9 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
 static int save(Run *r, int64_t step, FILE *err) {
   FmCkptState s = ckpt_state(r, step);
   char path[4300];
-  const double t0 = now_s();
+  const double t0 = fm_now_s();
   int rc = fm_ckpt_write(r->ckpt_dir, &s, (int)r->c->ckpt.keep, r->dp, err, path, sizeof path);
-  if (!rc) fm_log0("checkpoint: %s (%.2f s)", path, now_s() - t0);
+  if (!rc) fm_log0("checkpoint: %s (%.2f s)", path, fm_now_s() - t0);
   return rc;
 }
 
@@ -473,7 +466,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
           (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
 
   FmStepRecord rec = {.step = start};
-  const double t0 = now_s();
+  const double t0 = fm_now_s();
   double last_save = t0;
   int preempted = 0;
   for (int64_t step = start; step < c->train.steps && !rc; step++) {
@@ -481,7 +474,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     fm_metrics_step(r.metrics, &rec);
     if (c->log.act_stats == rec.step) log_act_stats(&r, rec.step);
     if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps)
-      log_step(&r, &rec, (now_s() - t0) * (double)rec.step / (double)(rec.step - start));
+      log_step(&r, &rec, (fm_now_s() - t0) * (double)rec.step / (double)(rec.step - start));
     if (r.valid && c->eval.every > 0 && rec.step % c->eval.every == 0 && rec.step != c->train.steps) {
       int64_t nt;
       double v = fm_eval_loss(r.model, r.valid, &r.mb[0], c->eval.batches, dp, &nt);
@@ -491,12 +484,12 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     /* One reduction: any rank's signal, and rank 0's clock (hosts' clocks disagree). */
     test_signal_hook(dp, rec.step);
     int32_t flags[2] = {fm_ckpt_signal_pending(),
-                        dp->rank == 0 && c->ckpt.every_minutes > 0 && now_s() - last_save >= 60 * c->ckpt.every_minutes};
+                        dp->rank == 0 && c->ckpt.every_minutes > 0 && fm_now_s() - last_save >= 60 * c->ckpt.every_minutes};
     FM_CHECK(fm_comm_allreduce(dp, flags, flags, 2, FM_DT_I32, FM_OP_MAX));
     const bool every = c->ckpt.every > 0 && (rec.step % c->ckpt.every == 0 || rec.step == c->train.steps);
     if (every || flags[0] || flags[1]) {
       rc = save(&r, rec.step, err);
-      last_save = now_s();
+      last_save = fm_now_s();
     }
     if (flags[0] && !rc) {
       preempted = 1;
@@ -518,7 +511,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     fm_metrics_eval(r.metrics, rec.step, val, nt);
     fm_log0("eval  %5lld | val_loss %.4f | ppl %.2f | %lld tokens", (long long)rec.step, val, exp(val), (long long)nt);
   }
-  const double secs = now_s() - t0;
+  const double secs = fm_now_s() - t0;
   char hash[65];
   weights_hash(&r, hash);
   if (dp->rank == 0) {

@@ -139,6 +139,22 @@ void fm__report_call(const char *lib, const char *call, const char *file, int li
     }                                                                               \
   } while (0)
 
+/* ---- sizes ------------------------------------------------------------ */
+/* The most elements one tensor or arena may hold: 2^50 (4 PiB of fp32). A
+ * sum of a few dozen such sizes, in bytes, still fits in int64, so sizes
+ * below it can be added and scaled without further checks. */
+#define FM_MAX_ELEMS ((int64_t)1 << 50)
+/* *out = a * b; returns 0, or FM_ERANGE when the product overflows int64
+ * (*out is then left alone). */
+static inline int fm_mul_i64(int64_t a, int64_t b, int64_t *out) {
+  int64_t p;
+  if (__builtin_mul_overflow(a, b, &p)) return FM_ERANGE;
+  *out = p;
+  return 0;
+}
+/* The product of n factors, each >= 1, or -1 when it exceeds FM_MAX_ELEMS. */
+int64_t fm_elems(int n, const int64_t *factors);
+
 /* ---- small helpers ---------------------------------------------------- */
 void *fm_xmalloc(size_t n);          /* aborts on failure, names the size */
 void *fm_xcalloc(size_t n, size_t sz);

@@ -103,6 +103,14 @@ void fm__report_call(const char *lib, const char *call, const char *file, int li
   fm_err("%s:%d: %s call failed: %s: %s", file, line, lib, call, what);
 }
 
+/* ---- sizes ------------------------------------------------------------ */
+int64_t fm_elems(int n, const int64_t *factors) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++)
+    if (factors[i] < 1 || fm_mul_i64(p, factors[i], &p) || p > FM_MAX_ELEMS) return -1;
+  return p;
+}
+
 /* ---- allocation ------------------------------------------------------- */
 void *fm_xmalloc(size_t n) {
   void *p = malloc(n ? n : 1);

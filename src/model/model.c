@@ -55,6 +55,57 @@ int fm__model_common_dims(FmModelDims *d, const FmDeck *deck, FILE *err) {
   return rc;
 }
 
+/* Sizes are int64 products of these keys: each is kept below FM_MAX_ELEMS
+ * before a model derives anything from it (4*C, the Llama ffn rule). */
+static int check_keys(const FmDeck *deck, FILE *err) {
+  const FmConfig *c = &deck->c;
+  const struct {
+    int key;
+    int64_t v;
+  } keys[] = {{FM_KEY_model_d_model, c->model.d_model},         {FM_KEY_model_n_layer, c->model.n_layer},
+              {FM_KEY_model_n_head, c->model.n_head},           {FM_KEY_model_n_kv_head, c->model.n_kv_head},
+              {FM_KEY_model_head_dim, c->model.head_dim},       {FM_KEY_model_d_ff, c->model.d_ff},
+              {FM_KEY_model_vocab_size, c->model.vocab_size},   {FM_KEY_model_seq_len, c->model.seq_len},
+              {FM_KEY_train_micro_batch, c->train.micro_batch}, {FM_KEY_train_global_batch, c->train.global_batch}};
+  int rc = 0;
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (keys[i].v > FM_MAX_ELEMS) {
+      fm_deck_error(deck, err, keys[i].key, "must be <= 2^50 = %lld, the most elements fmhpc sizes in one tensor",
+                    (long long)FM_MAX_ELEMS);
+      rc = FM_EDECK;
+    }
+  return rc;
+}
+
+/* The largest products the parameter and activation tables form, checked
+ * before any table is built: a wrapped int64 gave "activations 0 B",
+ * negative byte counts and crashes. Each must stay <= FM_MAX_ELEMS. */
+static int check_sizes(const FmModelDims *d, const FmDeck *deck, FILE *err) {
+  const int64_t b = deck->c.train.micro_batch, B = deck->c.train.global_batch, W = d->C > d->F ? d->C : d->F;
+  const struct {
+    const char *what;
+    int64_t f[5];
+    int key, n;
+  } sizes[] = {
+      {"the token embedding (V x C)", {d->V, d->C}, FM_KEY_model_vocab_size, 2},
+      {"the stacked attention weights (L x NH*HS x C)", {d->L, d->NH, d->HS, d->C}, FM_KEY_model_d_model, 4},
+      {"the stacked residual weights (L x C x C)", {d->L, d->C, d->C}, FM_KEY_model_d_model, 3},
+      {"the stacked MLP weights (L x C x F)", {d->L, d->C, d->F}, FM_KEY_model_d_ff, 3},
+      {"a micro-batch's logits (b x T x V)", {b, d->T, d->V}, FM_KEY_model_seq_len, 3},
+      {"a micro-batch's activations (L+1 x b x T x 4 max(C, F))", {d->L + 1, b, d->T, 4, W}, FM_KEY_model_seq_len, 5},
+      {"a step's tokens (B x T)", {B, d->T}, FM_KEY_train_global_batch, 2},
+  };
+  int rc = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && !rc; i++)
+    if (fm_elems(sizes[i].n, sizes[i].f) < 0) {
+      fm_deck_error(deck, err, sizes[i].key,
+                    "%s would hold more than 2^50 elements, the most fmhpc sizes in one tensor", sizes[i].what);
+      if (err) fprintf(err, "hint: fmhpc --check prints the plan of a deck that fits\n");
+      rc = FM_EDECK;
+    }
+  return rc;
+}
+
 int fm_model_dims(FmModelDims *d, const FmModelKind **kind, const FmDeck *deck, FILE *err) {
   const FmModelKind *k = fm_model_find(deck->c.model.arch);
   if (!k) { /* keys.def restricts arch to the registry's names; keep them in step */
@@ -62,7 +113,10 @@ int fm_model_dims(FmModelDims *d, const FmModelKind **kind, const FmDeck *deck, 
     return FM_EDECK;
   }
   if (kind) *kind = k;
-  return k->dims(d, deck, err);
+  int rc = check_keys(deck, err);
+  if (rc) return rc;
+  rc = k->dims(d, deck, err);
+  return rc ? rc : check_sizes(d, deck, err);
 }
 
 /* Per-layer tensors are stacked: (L, d0[, d1]). */

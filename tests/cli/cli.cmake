@@ -56,3 +56,15 @@ fm_cli_test(bad_override RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nan
 # cmake --install, then `module load fmhpc` from the installed Tcl modulefile.
 add_test(NAME cli.install_and_module COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/install.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(cli.install_and_module PROPERTIES LABELS unit ENVIRONMENT "${FMHPC_TEST_ENV}" TIMEOUT 120)
+# Sizes that wrap int64 are refused with the limit named (they passed --check,
+# printed "activations 0 B" or negative bytes, then crashed).
+fm_cli_test(overflow_vocab RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in model%vocab_size=9223372036854775807
+            MATCH "&model vocab_size = 9223372036854775807: must be <= 2\\^50 = 1125899906842624")
+fm_cli_test(overflow_seq_len RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in model%seq_len=4600000000000000000
+            MATCH "&model seq_len = 4600000000000000000: must be <= 2\\^50")
+fm_cli_test(overflow_logits RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in model%seq_len=46000000000
+            MATCH "&model seq_len = 46000000000: a micro-batch's logits \\(b x T x V\\) would hold more than 2\\^50")
+fm_cli_test(overflow_layers RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in model%d_model=1000000000
+            model%n_layer=1000000000
+            MATCH "&model d_model = 1000000000: the stacked attention weights \\(L x NH\\*HS x C\\) would hold more than 2\\^50"
+            NOMATCH "parameters")

@@ -42,3 +42,22 @@ FM_TEST(dtype_sizes) {
   FM_EXPECT_EQ_INT(fm_dtype_size(FM_DT_I64), 8);
   FM_EXPECT_EQ_STR(fm_dtype_name(FM_DT_U32), "u32");
 }
+
+/* Checked sizes: exact below the limit, refused at and past overflow. */
+FM_TEST(checked_sizes) {
+  int64_t p = 7;
+  FM_EXPECT_EQ_INT(fm_mul_i64(INT64_C(3037000499), INT64_C(3037000499), &p), 0);
+  FM_EXPECT(p == INT64_C(9223372030926249001));
+  FM_EXPECT_EQ_INT(fm_mul_i64(INT64_C(3037000500), INT64_C(3037000500), &p), FM_ERANGE);
+  FM_EXPECT(p == INT64_C(9223372030926249001)); /* left alone */
+  FM_EXPECT_EQ_INT(fm_mul_i64(INT64_MAX, -1, &p), 0);
+  FM_EXPECT(p == -INT64_MAX);
+  const int64_t ok[3] = {1024, 1024, 1024}, at[2] = {INT64_C(1) << 25, INT64_C(1) << 25};
+  const int64_t past[2] = {(INT64_C(1) << 25) + 1, INT64_C(1) << 25}, wrap[3] = {INT64_C(1) << 40, 1 << 20, 1 << 20};
+  const int64_t zero[2] = {5, 0};
+  FM_EXPECT(fm_elems(3, ok) == INT64_C(1) << 30);
+  FM_EXPECT(fm_elems(2, at) == FM_MAX_ELEMS);
+  FM_EXPECT(fm_elems(2, past) == -1);
+  FM_EXPECT(fm_elems(3, wrap) == -1); /* 2^80 wraps to 0 in int64 */
+  FM_EXPECT(fm_elems(2, zero) == -1);
+}

@@ -1,5 +1,6 @@
-/* hash.h: SHA-256 (FIPS 180-4), one-shot and incremental, and a hex helper.
- * Used for tokenizer hashes (fm_tok_hash) and data/checkpoint checksums.
+/* hash.h: SHA-256 (FIPS 180-4), one-shot and incremental, a hex helper, and
+ * CRC-32C. Used for tokenizer hashes (fm_tok_hash), data/checkpoint checksums
+ * and TensorBoard's record framing.
  * Nothing here is secret-handling code: no constant-time claims. */
 #ifndef FMHPC_HASH_H
 #define FMHPC_HASH_H
@@ -20,5 +21,11 @@ void fm_sha256_final(FmSha256 *s, uint8_t out[32]);
 void fm_sha256(const void *data, size_t n, uint8_t out[32]);
 /* 2*n lowercase hex digits and a NUL into hex (room for 2*n+1). */
 void fm_hex(const uint8_t *bytes, size_t n, char *hex);
+
+/* CRC-32C (Castagnoli) of data[0..n), continuing from crc (0 to start):
+ * fm_crc32c(0, "123456789", 9) == 0xE3069283. */
+uint32_t fm_crc32c(uint32_t crc, const void *data, size_t n);
+/* TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8. */
+uint32_t fm_crc32c_mask(uint32_t crc);
 
 #endif

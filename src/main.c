@@ -15,6 +15,7 @@
 #include "fmhpc/eval.h"
 #include "fmhpc/generate.h"
 #include "fmhpc/interop.h"
+#include "fmhpc/metrics.h"
 #include "fmhpc/runtime.h"
 #include "fmhpc/tokenizer.h"
 #include "fmhpc/train.h"
@@ -25,6 +26,7 @@ typedef struct Args {
   int check, help, help_deck, version;
   int ranks; /* --ranks N: plan for N ranks instead of the real world */
   const char *encode, *decode; /* --encode/--decode TOK: tokenizer inspection */
+  const char *plot;            /* --plot RUN_DIR */
   int nsrc;
   FmDeckSource *src; /* decks and overrides, in command-line order */
 } Args;
@@ -42,6 +44,8 @@ static void usage(FILE *out) {
           "  --encode TOK   stdin text -> token ids on stdout (TOK: tokenizer.json, a\n"
           "                 *.tiktoken file, or a directory with encoder.json + vocab.bpe)\n"
           "  --decode TOK   stdin token ids -> text on stdout\n"
+          "  --plot RUN_DIR draw RUN_DIR/loss.png from RUN_DIR/metrics.jsonl (also while\n"
+          "                 the run is going; needs a build with PLplot)\n"
           "  --version      version and git revision\n"
           "  --help         this text\n"
           "exit status: 0 done, 1 runtime failure, 2 bad deck or command line,\n"
@@ -69,6 +73,13 @@ static int parse_args(Args *a, int argc, char **argv, FILE *err) {
         return FM_EINVAL;
       }
       *(s[2] == 'e' ? &a->encode : &a->decode) = argv[++i];
+    }
+    else if (!strcmp(s, "--plot")) {
+      if (i + 1 >= argc) {
+        if (err) fprintf(err, "fmhpc: --plot needs a run directory (&run out_dir)\n");
+        return FM_EINVAL;
+      }
+      a->plot = argv[++i];
     }
     else if (!strcmp(s, "--ranks")) {
       char *end = NULL;
@@ -166,6 +177,18 @@ int main(int argc, char **argv) {
     fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
     fm_exit_all(rc ? EXIT_RUNTIME : 0);
   }
+  if (a.plot) { /* rank 0 draws; the others wait for its status */
+    int32_t rc = 0;
+    if (world->rank == 0) {
+      char png[4200];
+      snprintf(png, sizeof png, "%s/loss.png", a.plot);
+      rc = fm_plot_run(a.plot, stderr);
+      if (!rc) printf("wrote %s\n", png);
+    }
+    fflush(stdout);
+    fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
+    fm_exit_all(rc == FM_EUNSUPPORTED ? EXIT_USAGE : rc ? EXIT_RUNTIME : 0);
+  }
   if (a.nsrc == 0) {
     if (err) usage(err);
     fm_exit_all(EXIT_USAGE);
@@ -177,8 +200,8 @@ int main(int argc, char **argv) {
   if (fm_deck_bind(&deck, a.nsrc, a.src, err) || fm_deck_validate(&deck, err)) fm_exit_all(EXIT_USAGE);
   const char *task = a.check ? "check" : deck.c.run.task;
   if (world->rank == 0) {
-    printf("fmhpc %s (git %s) on %d rank%s: task '%s'\n", FM_VERSION_STRING, FMHPC_GIT_REV, world->size,
-           world->size == 1 ? "" : "s", task);
+    printf("fmhpc %s (git %s) on %d rank%s: task '%s', run '%s'\n", FM_VERSION_STRING, FMHPC_GIT_REV, world->size,
+           world->size == 1 ? "" : "s", task, deck.c.run.name);
     printf("== resolved deck ==\n");
     fm_deck_write(&deck, stdout);
     fflush(stdout);

@@ -80,6 +80,7 @@ typedef struct FmCkptState {
   int64_t step, skipped, redone, samples, seed;
   const char *optim_name, *model_name;
   const char *deck_text; /* write only */
+  const char *run_name;  /* write only: &run name */
 } FmCkptState;
 
 /* Write DIR/step_<step>.h5 with the commit protocol and retention (keep the

@@ -391,6 +391,7 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
          attr_i64(root, "spike_head", sp->head) | attr_i64(root, "spike_skipped", sp->skipped) |
          attr_i64(root, "spike_consecutive", sp->consecutive) | attr_f64(root, "spike_z_max", sp->z_max) |
          attr_str(root, "optimizer", s->optim_name) | attr_str(root, "model", s->model_name) |
+         attr_str(root, "run_name", s->run_name ? s->run_name : "") |
          attr_i64(root, "n_params", s->params->numel) | attr_i64(root, "world_size", h->comm->size) |
          attr_i64(root, "nblocks", s->nblocks) | attr_str(root, "fmhpc_version", FM_VERSION_STRING) |
          attr_str(root, "git", FMHPC_GIT_REV) | attr_str(root, "hdf5_version", h5v) |

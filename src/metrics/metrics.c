@@ -1,7 +1,8 @@
 /* metrics.c: metrics.jsonl (a deck record, then one record per step or
- * validation, losses as %.9e and hex floats so a reader gets the exact bits)
- * and the terminal loss curve. The file is flushed every record: a killed run
- * keeps everything up to its last step. */
+ * validation, losses as %.9e and hex floats so a reader gets the exact bits),
+ * the same scalars to TensorBoard (tfevents.c), the curves kept in memory for
+ * the text chart and the PNG (plot.c). Files are flushed every record: a
+ * killed run keeps everything up to its last step. */
 #include "fmhpc/metrics.h"
 
 #include <errno.h>
@@ -14,24 +15,72 @@
 
 struct FmMetrics {
   FILE *f;
-  int64_t n, cap;
-  double *loss;
-  int64_t *step;
-  int64_t ne, ecap;
-  double *eloss;
-  int64_t *estep;
+  char path[4096];    /* metrics.jsonl, or "" */
+  char out_dir[4096]; /* &run out_dir: loss.png, event files */
+  FmCurve curve;      /* this process's steps and validations */
+  FmTfEvents *tb;     /* &log tensorboard, else NULL */
 };
 
-int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE *err) {
+static char *deck_text(const FmDeck *deck) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *s = open_memstream(&text, &len);
+  fm_deck_write(deck, s);
+  fclose(s);
+  return text;
+}
+
+static FmMetrics *create(const char *path, const FmDeck *deck) {
   FmMetrics *m = fm_xcalloc(1, sizeof *m);
+  snprintf(m->path, sizeof m->path, "%s", path ? path : "");
+  snprintf(m->out_dir, sizeof m->out_dir, "%s", deck->c.run.out_dir);
+  snprintf(m->curve.name, sizeof m->curve.name, "%s", deck->c.run.name);
+  return m;
+}
+
+/* &log tensorboard: a new event file, then the run name and the resolved
+ * deck as text (an indented block: TensorBoard renders text as Markdown). */
+static int open_tb(FmMetrics *m, const FmDeck *deck, int64_t step, FILE *err) {
+  if (!deck->c.log.tensorboard) return 0;
+  int rc = fm_tfevents_open(&m->tb, m->out_dir, deck->c.run.name, err);
+  if (rc) return rc;
+  char *text = deck_text(deck);
+  FmStr md;
+  fm_str_init(&md);
+  for (const char *p = text; *p;) {
+    const char *nl = strchr(p, '\n');
+    const size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+    fm_str_cat(&md, "    ");
+    fm_str_catn(&md, p, n);
+    p += n;
+  }
+  rc = fm_tfevents_text(m->tb, step, "run/name", deck->c.run.name);
+  if (!rc) rc = fm_tfevents_text(m->tb, step, "run/deck", md.s);
+  fm_str_free(&md);
+  free(text);
+  if (rc && err) fprintf(err, "fmhpc: cannot write '%s': %s\n", fm_tfevents_path(m->tb), strerror(errno));
+  return rc;
+}
+
+/* A failed event write (a full disk) warns once and stops TensorBoard output;
+ * training and metrics.jsonl go on. */
+static void tb_failed(FmMetrics *m) {
+  fm_warn0("cannot write %s (%s): no more TensorBoard events in this run", fm_tfevents_path(m->tb), strerror(errno));
+  fm_tfevents_close(m->tb);
+  m->tb = NULL;
+}
+
+int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE *err) {
+  FmMetrics *m = create(path, deck);
   *out = m;
-  if (!path) return 0;
+  if (!path) return open_tb(m, deck, 0, err);
   char *dir = fm_xstrdup(path);
   char *slash = strrchr(dir, '/');
   if (slash) {
     *slash = '\0';
     if (fm_mkdirs(dir)) {
-      if (err) fprintf(err, "fmhpc: cannot create directory '%s': %s\nhint: check &run out_dir\n", dir, strerror(errno));
+      if (err)
+        fprintf(err, "fmhpc: cannot create directory '%s': %s\nhint: check &run out_dir\n", dir, strerror(errno));
       free(dir);
       return FM_EIO;
     }
@@ -42,24 +91,21 @@ int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE 
     if (err) fprintf(err, "fmhpc: cannot write '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
     return FM_EIO;
   }
-  char *text = NULL;
-  size_t len = 0;
-  FILE *s = open_memstream(&text, &len);
-  fm_deck_write(deck, s);
-  fclose(s);
+  char *text = deck_text(deck);
   fprintf(m->f, "{\"record\": \"deck\", \"fmhpc\": \"%s\", \"git\": \"%s\", \"deck\": ", FM_VERSION_STRING,
           FMHPC_GIT_REV);
-  fm_json_write_str(m->f, text, len);
+  fm_json_write_str(m->f, text, strlen(text));
   fputs("}\n", m->f);
   fflush(m->f);
   free(text);
-  return 0;
+  return open_tb(m, deck, 0, err);
 }
 
-int fm_metrics_open_resume(FmMetrics **out, const char *path, int64_t step, const char *ckpt, FILE *err) {
-  FmMetrics *m = fm_xcalloc(1, sizeof *m);
+int fm_metrics_open_resume(FmMetrics **out, const char *path, const FmDeck *deck, int64_t step, const char *ckpt,
+                           FILE *err) {
+  FmMetrics *m = create(path, deck);
   *out = m;
-  if (!path) return 0;
+  if (!path) return open_tb(m, deck, step, err);
   m->f = fopen(path, "a");
   if (!m->f) {
     if (err) fprintf(err, "fmhpc: cannot append to '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
@@ -69,51 +115,71 @@ int fm_metrics_open_resume(FmMetrics **out, const char *path, int64_t step, cons
   fm_json_write_str(m->f, ckpt, strlen(ckpt));
   fputs("}\n", m->f);
   fflush(m->f);
-  return 0;
+  return open_tb(m, deck, step, err);
 }
 
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r) {
   if (!m) return;
-  if (m->n == m->cap) {
-    m->cap = m->cap ? 2 * m->cap : 256;
-    m->loss = fm_xrealloc(m->loss, (size_t)m->cap * sizeof *m->loss);
-    m->step = fm_xrealloc(m->step, (size_t)m->cap * sizeof *m->step);
+  fm_curve_add_step(&m->curve, r->step, r->loss, r->lr);
+  if (m->f) {
+    fprintf(m->f,
+            "{\"record\": \"step\", \"step\": %lld, \"loss\": %.9e, \"loss_hex\": \"%a\", \"lr\": %.9e, "
+            "\"grad_norm\": %.9e, \"tokens\": %lld, \"step_s\": %.9e, \"tokens_per_s\": %.9e, \"mfu\": %.9e, "
+            "\"data_s\": %.9e, \"compute_s\": %.9e, \"update_s\": %.9e, \"skipped\": %s, \"redone\": %lld}\n",
+            (long long)r->step, r->loss, r->loss, r->lr, r->grad_norm, (long long)r->tokens, r->step_s, r->tokens_per_s,
+            r->mfu, r->data_s, r->compute_s, r->update_s, r->skipped ? "true" : "false", (long long)r->redone);
+    fflush(m->f);
   }
-  m->loss[m->n] = r->loss;
-  m->step[m->n] = r->step;
-  m->n++;
-  if (!m->f) return;
-  fprintf(m->f,
-          "{\"record\": \"step\", \"step\": %lld, \"loss\": %.9e, \"loss_hex\": \"%a\", \"lr\": %.9e, "
-          "\"grad_norm\": %.9e, \"tokens\": %lld, \"step_s\": %.4f, \"tokens_per_s\": %.1f, \"mfu\": %.5f, "
-          "\"skipped\": %s, \"redone\": %lld}\n",
-          (long long)r->step, r->loss, r->loss, r->lr, r->grad_norm, (long long)r->tokens, r->step_s,
-          r->tokens_per_s, r->mfu, r->skipped ? "true" : "false", (long long)r->redone);
-  fflush(m->f);
+  if (m->tb) { /* tag -> the metrics.jsonl key it mirrors: tests/metrics/check_tb.py */
+    const FmTfScalar v[] = {{"train/loss", r->loss},
+                            {"train/lr", r->lr},
+                            {"train/grad_norm", r->grad_norm},
+                            {"train/tokens_per_s", r->tokens_per_s},
+                            {"train/mfu", r->mfu},
+                            {"time/step_s", r->step_s},
+                            {"time/data_s", r->data_s},
+                            {"time/compute_s", r->compute_s},
+                            {"time/update_s", r->update_s}};
+    if (fm_tfevents_scalars(m->tb, r->step, v, (int)(sizeof v / sizeof v[0]))) tb_failed(m);
+  }
 }
 
 void fm_metrics_eval(FmMetrics *m, int64_t step, double loss, int64_t tokens) {
   if (!m) return;
-  if (m->ne == m->ecap) {
-    m->ecap = m->ecap ? 2 * m->ecap : 64;
-    m->eloss = fm_xrealloc(m->eloss, (size_t)m->ecap * sizeof *m->eloss);
-    m->estep = fm_xrealloc(m->estep, (size_t)m->ecap * sizeof *m->estep);
+  fm_curve_add_eval(&m->curve, step, loss);
+  if (m->f) {
+    fprintf(m->f,
+            "{\"record\": \"eval\", \"step\": %lld, \"val_loss\": %.9e, \"val_loss_hex\": \"%a\", "
+            "\"val_ppl\": %.9e, \"tokens\": %lld}\n",
+            (long long)step, loss, loss, exp(loss), (long long)tokens);
+    fflush(m->f);
   }
-  m->eloss[m->ne] = loss;
-  m->estep[m->ne] = step;
-  m->ne++;
-  if (!m->f) return;
-  fprintf(m->f,
-          "{\"record\": \"eval\", \"step\": %lld, \"val_loss\": %.9e, \"val_loss_hex\": \"%a\", \"val_ppl\": %.6e, "
-          "\"tokens\": %lld}\n",
-          (long long)step, loss, loss, exp(loss), (long long)tokens);
-  fflush(m->f);
+  if (m->tb) {
+    const FmTfScalar v[] = {{"val/loss", loss}, {"val/perplexity", exp(loss)}};
+    if (fm_tfevents_scalars(m->tb, step, v, 2)) tb_failed(m);
+  }
 }
 
-double fm_metrics_last_eval(const FmMetrics *m) { return m && m->ne ? m->eloss[m->ne - 1] : NAN; }
+int fm_metrics_plot_png(const FmMetrics *m, FILE *err) {
+  if (!m) return 0;
+  char png[4200];
+  snprintf(png, sizeof png, "%s/loss.png", m->out_dir);
+  if (!m->path[0]) return fm_plot_png(&m->curve, png, err);
+  FmCurve c;
+  int rc = fm_curve_load(&c, m->path, err);
+  if (rc) return rc;
+  if (!c.name[0]) snprintf(c.name, sizeof c.name, "%s", m->curve.name);
+  rc = fm_plot_png(&c, png, err);
+  fm_curve_free(&c);
+  return rc;
+}
 
-void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height) {
-  if (!m || m->n < 2 || width < 10 || height < 4) return;
+double fm_metrics_last_eval(const FmMetrics *m) { return m && m->curve.ne ? m->curve.eloss[m->curve.ne - 1] : NAN; }
+
+void fm_metrics_plot(const FmMetrics *mm, FILE *out, int width, int height) {
+  if (!mm) return;
+  const FmCurve *m = &mm->curve;
+  if (m->n < 2 || width < 10 || height < 4) return;
   double lo = INFINITY, hi = -INFINITY;
   for (int64_t i = 0; i < m->n; i++) {
     if (!isfinite(m->loss[i])) continue;
@@ -161,9 +227,7 @@ void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height) {
 void fm_metrics_close(FmMetrics *m) {
   if (!m) return;
   if (m->f) fclose(m->f);
-  free(m->loss);
-  free(m->step);
-  free(m->eloss);
-  free(m->estep);
+  fm_tfevents_close(m->tb);
+  fm_curve_free(&m->curve);
   free(m);
 }

@@ -23,6 +23,7 @@
 #include "fmhpc/eval.h"
 #include "fmhpc/hash.h"
 #include "fmhpc/interop.h"
+#include "fmhpc/json.h"
 #include "fmhpc/metrics.h"
 #include "fmhpc/model.h"
 #include "fmhpc/optim.h"
@@ -142,10 +143,13 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   const double t0 = fm_now_s();
   const int64_t t = step + 1; /* optimizer steps count from 1 */
   const int64_t ntokens = read_step(r, step);
+  const double t_data = fm_now_s();
   if (fm_optim_hessian_due(r->opt, t)) sophia_hessian(r, step, ntokens);
 
+  const double t_grads = fm_now_s();
   bool nonfinite = false;
   const double loss = grads_of_step(r, NULL, &nonfinite);
+  const double t_update = fm_now_s();
   const double norm = nonfinite ? NAN : fm_reduce_grad_norm(&r->red, r->gshard);
   const double lr = fm_lr_at(&r->sched, t);
   bool skip = nonfinite || (r->c->train.spike_skip && fm_spike_check(&r->spike, loss, NULL));
@@ -160,9 +164,11 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   } else {
     r->skipped++;
   }
-  const double dt = fm_now_s() - t0;
+  const double t1 = fm_now_s(), dt = t1 - t0;
   *rec = (FmStepRecord){.step = t, .loss = loss, .lr = lr, .grad_norm = norm, .tokens = ntokens, .step_s = dt,
-                        .tokens_per_s = (double)(r->B * r->T) / dt, .skipped = skip, .redone = r->red.redone};
+                        .tokens_per_s = (double)(r->B * r->T) / dt, .data_s = t_data - t0,
+                        .compute_s = t_update - t_grads, .update_s = t1 - t_update, .skipped = skip,
+                        .redone = r->red.redone};
   rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size) : 0;
   return 0;
 }
@@ -347,8 +353,10 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
     fm_warn0("cannot write %s", path);
     return;
   }
+  fputs("{\"name\": ", f);
+  fm_json_write_str(f, r->c->run.name, strlen(r->c->run.name));
   fprintf(f,
-          "{\"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
+          ", \"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
           "\"val_loss\": %.9e, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
           "\"dp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
           (long long)last->step, last->loss, last->loss, val, (long long)last->step * r->B * r->T, secs,
@@ -367,7 +375,7 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
                    .amax_prev = r->red.amax_prev, .nblocks = r->red.nblocks, .spike = &r->spike, .step = step,
                    .skipped = r->skipped, .redone = r->red.redone, .samples = step * r->B, .seed = r->c->run.seed,
                    .optim_name = fm_optim_params(r->opt)->kind->name, .model_name = r->kind->name,
-                   .deck_text = r->deck_text};
+                   .deck_text = r->deck_text, .run_name = r->c->run.name};
   for (int i = 0; i < st->n && i < FM_OPTIM_MAX_STATE; i++) {
     s.state_names[i] = st->t[i].name;
     s.state[i] = fm_optim_state_data(r->opt) + st->t[i].offset;
@@ -453,7 +461,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
   if (dp->rank == 0) rc = check_out_dir(c->run.out_dir, err);
   if (dp->rank == 0 && !rc)
-    rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, start, loaded, err)
+    rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, deck, start, loaded, err)
                    : fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);
   FM_CHECK(fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0)); /* an unwritable out_dir stops every rank, not rank 0 alone */
   if (rc) {
@@ -461,9 +469,9 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     teardown(&r);
     return rc;
   }
-  fm_log0("train: %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d, %s reduction, %s",
-          r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps, (long long)r.B,
-          (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
+  fm_log0("train: run '%s', %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d, %s reduction, %s",
+          c->run.name, r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps,
+          (long long)r.B, (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();
@@ -515,7 +523,10 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   char hash[65];
   weights_hash(&r, hash);
   if (dp->rank == 0) {
-    if (c->log.plot) fm_metrics_plot(r.metrics, log, 72, 16);
+    if (c->log.plot) {
+      fm_metrics_plot(r.metrics, log, 72, 16);
+      if (!fm_metrics_plot_png(r.metrics, err)) fm_log0("wrote %s/loss.png", c->run.out_dir);
+    }
     write_summary(&r, &rec, val, secs, hash);
     snprintf(path, sizeof path, "%s/final", c->run.out_dir);
     FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};

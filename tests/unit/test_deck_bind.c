@@ -311,8 +311,8 @@ FM_TEST(write_format) {
                      "  betas            = 0.9, 0.95               ! beta1, beta2\n"
                      "  eps              = 1e-8                    ! AdamW epsilon\n");
   FM_EXPECT_CONTAINS(text,
-                     "\n  name    = 'o''k'                           ! run name, used in output file names and logs "
-                     "[run.in:5]\n");
+                     "\n  name    = 'o''k'                           ! run name: log header, summary.json, checkpoint "
+                     "attribute, TensorBoard, plot title [run.in:5]\n");
   FM_EXPECT_CONTAINS(text, "\n  rope_theta           = 10000.0             ! RoPE base frequency (llama)\n");
   FM_EXPECT_CONTAINS(text,
                      "\n  ! inputs             = (no values)         ! input globs: .jsonl, .jsonl.gz, .jsonl.zst\n");

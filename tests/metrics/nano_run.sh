@@ -1,0 +1,36 @@
+#!/bin/bash
+# nano_run.sh FMHPC MPIEXEC FIXTURES ENCODER_DIR WORKDIR: the run that the
+# metrics tests read (tests/metrics/tests.cmake). 60 Linux-doc documents are
+# prepped (seq_len 64), then a 2-layer GPT-2 trains 8 steps on 2 ranks with
+# validation every 3 steps, TensorBoard on, a checkpoint at the end and the
+# run name 'tb nano' (a blank, to check the name's escaping in file names).
+# Checks here: &run name in the log header, summary.json and the checkpoint's
+# run_name attribute (h5py).
+set -euo pipefail
+FMHPC=$1 MPIEXEC=$2 FX=$3 ENC=$4 WORK=$5
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$WORK" && mkdir -p "$WORK" && cd "$WORK"
+head -n 60 "$FX/linuxdoc_small.jsonl" > docs.jsonl
+"$FMHPC" "$SRC/inputs/prep_linuxdoc_nano.in" "prep%inputs='docs.jsonl'" "prep%output='store'" "prep%tokenizer='$ENC'" \
+  prep%valid_fraction=0.1 "prep%format='bin'" prep%progress_seconds=0 prep%seq_len=64 > prep.log 2>&1 ||
+  { tail -20 prep.log; exit 1; }
+"$MPIEXEC" -n 2 "$FMHPC" "$SRC/inputs/gpt2_nano.in" "run%name='tb nano'" "run%out_dir='run'" \
+  "data%train='store/train.json'" "data%valid='store/valid.json'" model%seq_len=64 model%d_model=32 model%n_layer=2 \
+  train%steps=8 train%global_batch=4 train%micro_batch=2 optim%warmup_steps=3 eval%every=3 eval%batches=2 \
+  log%every=4 log%tensorboard=.true. log%plot=.true. ckpt%every=8 > train.log 2>&1 || { tail -30 train.log; exit 1; }
+grep -q "task 'train', run 'tb nano'" train.log || { echo "FAIL: no run name in the log header"; exit 1; }
+if grep -q "built without PLplot" train.log; then echo "no loss.png: fmhpc was built without PLplot (metrics.loss_png says so)"
+else grep -q "wrote run/loss.png" train.log || { echo "FAIL: training did not say it wrote run/loss.png"; exit 1; }; fi
+/usr/bin/python3 - <<'PYEOF'
+import json, sys
+import h5py
+s = json.load(open("run/summary.json"))
+if s.get("name") != "tb nano":
+    sys.exit(f"FAIL: summary.json name is {s.get('name')!r}")
+with h5py.File("run/ckpt/step_00000008.h5", "r") as f:
+    a = f.attrs["run_name"]
+    a = a.decode() if isinstance(a, bytes) else str(a)
+    if a != "tb nano":
+        sys.exit(f"FAIL: checkpoint attribute run_name is {a!r}")
+print("run name 'tb nano' in the log header, summary.json and the checkpoint's run_name attribute")
+PYEOF

@@ -11,7 +11,7 @@
 #include "fmhpc/core.h"
 #include "fmhpc/data.h"
 #include "fmhpc/deck.h"
-#include "fmhpc/dedup.h"
+#include "fmhpc/clean.h"
 #include "fmhpc/eval.h"
 #include "fmhpc/generate.h"
 #include "fmhpc/interop.h"

@@ -31,22 +31,6 @@
  * 0 or the same FM_E* on every rank. */
 int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log);
 
-/* ---- streaming JSONL over plain, gzip and zstd files ------------------- */
-/* The compression is found from the file's magic bytes. Lines are returned
- * without the newline; line numbers count every line of the decompressed
- * text from 1. The SHA-256 of the raw (compressed) bytes is available once
- * the whole file has been read. */
-typedef struct FmJsonl FmJsonl;
-int fm_jsonl_open(FmJsonl **r, const char *path, FILE *err);
-/* 1: a line in *line (NUL-terminated, valid until the next call), 0: end of
- * file, <0: a read or decompression error (reported to err with the file). */
-int fm_jsonl_next(FmJsonl *r, const char **line, size_t *len, int64_t *lineno);
-int64_t fm_jsonl_raw_bytes(const FmJsonl *r); /* raw bytes consumed so far */
-const char *fm_jsonl_codec(const FmJsonl *r); /* "plain", "gzip" or "zstd" */
-/* SHA-256 hex of the raw file, after fm_jsonl_next returned 0; else NULL. */
-const char *fm_jsonl_sha256(const FmJsonl *r);
-void fm_jsonl_close(FmJsonl *r);
-
 /* ---- packing ----------------------------------------------------------- */
 typedef enum { FM_PACK_SIMPLE, FM_PACK_BFD, FM_PACK_BFD_SPLIT } FmPacking;
 typedef enum { FM_POS_NONE, FM_POS_DOC_RESET, FM_POS_CONTINUOUS } FmPosIds;

@@ -2,7 +2,9 @@
  * string escaping for writers. Used for tokenizer.json, JSONL records,
  * safetensors headers, config.json and .bin manifests: all untrusted input, so
  * every error has a line, column and reason, and nothing is guessed (no
- * trailing commas, no comments, no invalid UTF-8, no lone surrogates). */
+ * trailing commas, no comments, no invalid UTF-8, no lone surrogates). Also
+ * the streaming JSONL line reader (plain, gzip, zstd; src/core/jsonl.c) that
+ * prep, dedup, tokenizer training and IFD share. */
 #ifndef FMHPC_JSON_H
 #define FMHPC_JSON_H
 
@@ -54,5 +56,21 @@ void fm_json_write_str(FILE *out, const char *s, size_t n);
 /* Validate UTF-8 (no overlongs, no surrogates, <= U+10FFFF); returns the byte
  * offset of the first bad byte, or -1 when valid. */
 int64_t fm_utf8_check(const char *s, size_t n);
+
+/* ---- streaming JSONL over plain, gzip and zstd files ------------------- */
+/* The compression is found from the file's magic bytes. Lines are returned
+ * without the newline; line numbers count every line of the decompressed
+ * text from 1. The SHA-256 of the raw (compressed) bytes is available once
+ * the whole file has been read. */
+typedef struct FmJsonl FmJsonl;
+int fm_jsonl_open(FmJsonl **r, const char *path, FILE *err);
+/* 1: a line in *line (NUL-terminated, valid until the next call), 0: end of
+ * file, <0: a read or decompression error (reported to err with the file). */
+int fm_jsonl_next(FmJsonl *r, const char **line, size_t *len, int64_t *lineno);
+int64_t fm_jsonl_raw_bytes(const FmJsonl *r); /* raw bytes consumed so far */
+const char *fm_jsonl_codec(const FmJsonl *r); /* "plain", "gzip" or "zstd" */
+/* SHA-256 hex of the raw file, after fm_jsonl_next returned 0; else NULL. */
+const char *fm_jsonl_sha256(const FmJsonl *r);
+void fm_jsonl_close(FmJsonl *r);
 
 #endif

@@ -23,7 +23,7 @@ os.makedirs(work)
 K = 128
 
 
-def norm(s):  # as include/fmhpc/dedup.h: ASCII lowercase, ASCII whitespace runs -> ' ', trimmed
+def norm(s):  # as include/fmhpc/clean.h: ASCII lowercase, ASCII whitespace runs -> ' ', trimmed
     s = "".join(chr(ord(c) + 32) if "A" <= c <= "Z" else c for c in s)
     return re.sub(r"[ \t\n\r\f\v]+", " ", s).strip(" ")
 

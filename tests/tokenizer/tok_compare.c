@@ -13,7 +13,7 @@
 
 #include "fmhpc/core.h"
 #include "fmhpc/tokenizer.h"
-#include "../../src/data/tokenizer_internal.h"
+#include "../../src/tokenizer/tokenizer_internal.h"
 
 int main(int argc, char **argv) {
   if (argc < 3) {

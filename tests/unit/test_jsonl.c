@@ -3,7 +3,8 @@
  * SHA-256 (against sha256sum), a last line without newline, long lines, and
  * a truncated stream reported as an error. */
 #include "fm_test.h"
-#include "fmhpc/data.h"
+#include "fmhpc/core.h"
+#include "fmhpc/json.h"
 
 #include <unistd.h>
 #include <zlib.h>

@@ -1,5 +1,5 @@
 /* test_minhash.c: MinHash, LSH banding and the cleaning filters of task='dedup'
- * (src/data/minhash.c) against exact values: the estimator against the exact
+ * (src/clean/minhash.c) against exact values: the estimator against the exact
  * Jaccard of synthetic shingle sets at known similarity, the LSH candidate
  * rate against the S-curve 1 - (1 - J^r)^b, independence of the seeded hashes,
  * normalisation and shingling by hand, and every filter rule on hand-made
@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "fm_test.h"
-#include "fmhpc/dedup.h"
+#include "fmhpc/clean.h"
 #include "fmhpc/rng.h"
 
 /* A pair of sets with |A & B| = s, |A - B| = |B - A| = d: J = s / (s + 2d).

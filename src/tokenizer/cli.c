@@ -1,4 +1,4 @@
-/* tok_cli.c: `fmhpc --encode TOK` and `fmhpc --decode TOK` (stdin to stdout,
+/* cli.c: `fmhpc --encode TOK` and `fmhpc --decode TOK` (stdin to stdout,
  * ids separated by spaces) for inspecting a tokenizer by hand, and the small
  * text-file reader (plain or gzip) that corpora and tests use. main.c calls
  * these on rank 0 only. */

@@ -22,8 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmhpc/data.h"
-#include "fmhpc/dedup.h"
+#include "fmhpc/clean.h"
 #include "fmhpc/json.h"
 
 typedef struct Dedup {

@@ -3,8 +3,9 @@
  * for every line and the SHA-256 of the raw bytes for the prep manifest.
  * Parsing the JSON of a line is the caller's (json.h); this file only cuts
  * lines and decompresses. */
-#include "fmhpc/data.h"
+#include "fmhpc/json.h"
 
+#include "fmhpc/core.h"
 #include "fmhpc/hash.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-/* tokenizer_load.c: the three ways a byte-level BPE tokenizer arrives.
+/* load.c: the three ways a byte-level BPE tokenizer arrives.
  *   - a directory with GPT-2's encoder.json + vocab.bpe (openai/gpt-2);
  *   - a Hugging Face tokenizer.json with a BPE model;
  *   - a tiktoken rank file (base64 token, space, rank; one per line).

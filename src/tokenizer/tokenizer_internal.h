@@ -1,6 +1,6 @@
 /* tokenizer_internal.h: the FmTokenizer layout and the builder shared by
- * src/data/tokenizer.c (encode/decode/hash), tokenizer_load.c (loaders),
- * tokenizer_save.c (tokenizer.json writer) and bpe_train.c. Not a public
+ * src/tokenizer/: tokenizer.c (encode/decode/hash), load.c (loaders),
+ * save.c (tokenizer.json writer) and bpe_train.c. Not a public
  * interface: other modules use include/fmhpc/tokenizer.h. */
 #ifndef FMHPC_TOKENIZER_INTERNAL_H
 #define FMHPC_TOKENIZER_INTERNAL_H

@@ -1,8 +1,8 @@
-/* dedup.h: task='dedup' (SFT cleaning): near-duplicate removal by MinHash
+/* clean.h: task='dedup' (SFT cleaning): near-duplicate removal by MinHash
  * with LSH banding, and text-cleaning filters. The pure parts (normalise,
  * shingle, sign, band, filter) are public for tests; the task streams JSONL
  * records and writes the kept ones byte-identical. Tokenizers, packing and
- * IFD scoring live elsewhere (data.h, eval.h).
+ * IFD scoring live elsewhere (tokenizer.h, data.h, eval.h). Code: src/clean/.
  *
  * Definitions (docs: inputs/dedup.in):
  *   text       the deck's fields of a record (JSON strings) joined by '\n'
@@ -22,8 +22,8 @@
  *   LSH        K = bands * rows; band key of band b = mix64 chain of b and
  *              the rows minima of that band. A pair becomes a candidate when
  *              any band key is equal: P = 1 - (1 - J^rows)^bands (S-curve) */
-#ifndef FMHPC_DEDUP_H
-#define FMHPC_DEDUP_H
+#ifndef FMHPC_CLEAN_H
+#define FMHPC_CLEAN_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* tokenizer_save.c: write a Hugging Face tokenizer.json that HF tokenizers
+/* save.c: write a Hugging Face tokenizer.json that HF tokenizers
  * and transformers.js load: model BPE (vocab, merges as "a b" strings, which
  * every tokenizers version reads), ByteLevel pre-tokenizer (or Split + ByteLevel
  * for a pattern other than GPT-2's), ByteLevel decoder, added tokens.

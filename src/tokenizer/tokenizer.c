@@ -1,7 +1,7 @@
 /* tokenizer.c: byte-level BPE encode and decode, the builder every loader
  * uses (tokenizer_internal.h), the per-thread encode cache and the canonical
- * hash. Loaders live in tokenizer_load.c, the tokenizer.json writer in
- * tokenizer_save.c, training in bpe_train.c.
+ * hash. Loaders live in load.c, the tokenizer.json writer in save.c,
+ * training in bpe_train.c.
  *
  * Encoding follows the reference implementations step by step:
  *   1. added tokens are cut out first (special ones only when asked), as HF

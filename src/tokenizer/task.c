@@ -1,4 +1,4 @@
-/* tok_task.c: task='tokenizer': train a byte-level BPE on the &tokenizer
+/* task.c: task='tokenizer': train a byte-level BPE on the &tokenizer
  * inputs (JSONL globs, plain/.gz/.zst, one document per record's `text`)
  * with fm_bpe_train and write tokenizer.json. Rank 0 expands the globs and
  * broadcasts the sorted list so every rank numbers the records alike; the
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmhpc/data.h"
 #include "fmhpc/json.h"
+#include "fmhpc/runtime.h"
 #include "fmhpc/tokenizer.h"
 
 typedef struct Corpus {

@@ -1,10 +1,10 @@
-/* minhash.c: the pure parts of task='dedup' (include/fmhpc/dedup.h): text
+/* minhash.c: the pure parts of task='dedup' (include/fmhpc/clean.h): text
  * normalisation, character 3-gram shingles, MinHash signatures, LSH band
  * keys, and the cleaning filters. No I/O, no MPI: dedup_task.c drives them. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmhpc/dedup.h"
+#include "fmhpc/clean.h"
 #include "fmhpc/rng.h"
 
 const char *fm_drop_name(FmDropReason r) {

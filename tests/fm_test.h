@@ -88,5 +88,9 @@ void fm__test_register(const char *name, FmTestFn fn);
  * and the binary then exits 77, which ctest reports as skipped. */
 int fm_test_main(int argc, char **argv);
 _Noreturn void fm_test_skip(const char *why);
+/* A missing oracle (a reference file a torch fixture writes, ...): skipped
+ * (exit 77) on a developer machine, a failure (exit 1) when env CI=true, as
+ * tests/oracle.py and tests/oracle.sh. */
+_Noreturn void fm_test_missing_oracle(const char *why);
 
 #endif

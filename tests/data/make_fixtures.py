@@ -9,12 +9,20 @@ nobody here wrote.
                         line 12 and invalid UTF-8 on line 15
   wordnet_sft.jsonl     {"prompt": "Define the word X.", "response": gloss} from
                         wordnet-base's data.noun / data.verb / data.adj
+Without those packages: exit 77 (ctest: skipped), or 1 in CI (tests/oracle.py).
 """
 import glob, gzip, json, os, subprocess, sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import oracle  # noqa: E402
+
 out = sys.argv[1]
-os.makedirs(out, exist_ok=True)
 root = "/usr/share/doc/linux-doc-6.1/Documentation"
+if not os.path.isdir(root):
+    oracle.missing(root, "linux-doc-6.1")
+if not os.path.exists("/usr/share/wordnet/data.noun"):
+    oracle.missing("/usr/share/wordnet/data.noun", "wordnet-base")
+os.makedirs(out, exist_ok=True)
 paths = sorted(glob.glob(root + "/**/*.rst.gz", recursive=True))
 docs = []
 for p in paths:

@@ -5,12 +5,12 @@ PyTorch from the same initial weights and batches; every step's loss within
 GPT-2 / Llama definitions) with torch.optim.AdamW in two parameter groups as
 fmhpc decays: weight decay 0.1 on matrices, none on embeddings, norms, biases."""
 import json, os, subprocess, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ref_models as R  # exits 77 (skip), or 1 in CI, without numpy or torch
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, os.path.dirname(__file__))
-import ref_models as R
 
 
 def main():
@@ -19,6 +19,9 @@ def main():
     os.makedirs(out, exist_ok=True)
     subprocess.run([prog, out, arch, tied], check=True)
     fm = [float(x) for x in open(os.path.join(out, "losses.txt"))]
+    if len(fm) != 10:
+        print(f"FAIL: {len(fm)} fmhpc losses in losses.txt, expected 10")
+        return 1
     hf = R.read_safetensors(os.path.join(out, "hf", "model.safetensors"))
     cfg = json.load(open(os.path.join(out, "hf", "config.json")))
     if arch == "gpt2":

@@ -20,7 +20,7 @@ batch through
     arithmetic, which must be fp32 rounding only;
 and checks fmhpc's per-layer residual-stream variance (&log act_stats)
 against the float64 hidden states at 1e-6 relative. Prints the worst numbers.
-Exit 0 pass, 1 fail, 77 (skipped) without torch.
+Exit 0 pass, 1 fail; without torch 77 (skipped), or 1 in CI (tests/oracle.py).
 """
 import json
 import math
@@ -28,14 +28,13 @@ import os
 import subprocess
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError as e:  # pragma: no cover
-    print(f"skipped: {e}")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import oracle  # noqa: E402
+
+np = oracle.need_module("numpy", "python3-numpy")
+torch = oracle.need_module("torch", "python3-torch")
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def read_safetensors(path):

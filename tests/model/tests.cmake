@@ -2,7 +2,7 @@
 # outside fmhpc. model_dump (one forward + backward of a tiny GPT-2 or Llama)
 # feeds ref_models.py, a torch.nn transcription of the HF modeling files run
 # in float32 (parity) and float64 (fmhpc's whole error), both within 1e-5.
-# Exit 77 (skipped) where torch is missing. The FM_TEST cases (gradients vs
+# Where torch is missing: a ctest skip (77), a failure in CI (tests/oracle.py). The FM_TEST cases (gradients vs
 # finite differences, bitwise promises, init) are tests/unit/test_model_fwd_bwd.c.
 set(FMHPC_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch for reference tests")
 add_executable(model_dump ${CMAKE_CURRENT_LIST_DIR}/model_dump.c)
@@ -26,5 +26,5 @@ foreach(arch gpt2 llama)
            COMMAND ${FMHPC_TORCH_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/adamw_steps.py $<TARGET_FILE:adamw_steps>
                    ${PROJECT_BINARY_DIR}/tests/model_ref ${arch} 0)
   set_tests_properties(model.torch_adamw_steps.${arch} PROPERTIES LABELS unit ENVIRONMENT "OMP_NUM_THREADS=1"
-                       TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS: 10 AdamW steps")
+                       TIMEOUT 120 SKIP_RETURN_CODE 77)
 endforeach()

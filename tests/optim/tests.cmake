@@ -1,6 +1,6 @@
 # tests/optim: optimizers and schedules against torch 1.13. The fixture runs
-# torch_ref.py (exit 77, skipped, without torch) into tests/optim_ref/; the
-# FM_TEST cases of test_optim_torch.c read what it wrote.
+# torch_ref.py into tests/optim_ref/ (without torch: exit 77, skipped, or a
+# failure in CI); the FM_TEST cases of test_optim_torch.c read what it wrote.
 set(FMHPC_TORCH_PYTHON /usr/bin/python3 CACHE FILEPATH "Python with torch for reference tests")
 add_test(NAME optim.torch_ref
          COMMAND ${FMHPC_TORCH_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/torch_ref.py ${PROJECT_BINARY_DIR}/tests/optim_ref)

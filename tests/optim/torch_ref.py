@@ -16,17 +16,16 @@ AdamW is torch.optim.AdamW itself (two param groups: weight_decay and 0).
 Lion is written here from Chen et al. 2023, Program 1:
   update = interp(g, m, beta1).sign(); m = interp(g, m, beta2);
   w = w - lr * (update + w * wd),  interp(x, y, c) = (1 - c) * x + c * y.
-Exit 77 (ctest: skipped) when torch cannot be imported.
+Without torch: exit 77 (ctest: skipped), or 1 in CI (tests/oracle.py).
 """
 import os
 import struct
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("torch not importable: skipping", file=sys.stderr)
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import oracle  # noqa: E402
+
+torch = oracle.need_module("torch", "python3-torch")
 
 N_DECAY, N_NODECAY, STEPS = 300, 57, 10
 

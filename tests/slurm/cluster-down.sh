@@ -4,10 +4,11 @@
 # and only when /proc/PID/comm names that daemon; never by name. Safe to call
 # twice or when nothing runs. Exit 77 (skip) when Slurm is not installed.
 set -euo pipefail
+source "$(dirname "$0")/../oracle.sh"
 
 [ $# -ge 1 ] || { echo "usage: $0 DIR" >&2; exit 2; }
 for exe in slurmctld munged; do
-  command -v "$exe" >/dev/null || { echo "SKIP: $exe not installed"; exit 77; }
+  fm_need_cmd "$exe" "slurm-wlm and munge"
 done
 log() { printf 'cluster-down: %s\n' "$*" >&2; }
 [ -d "$1" ] || { log "$1 does not exist: nothing to stop"; exit 0; }

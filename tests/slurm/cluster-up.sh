@@ -14,13 +14,14 @@
 # DIR so clusters for different build trees run side by side),
 # FMHPC_SLURM_CRED_EXPIRE (requeue delay in seconds, default 10).
 set -euo pipefail
+source "$(dirname "$0")/../oracle.sh"
 
 [ $# -ge 1 ] || { echo "usage: $0 DIR [NODES]" >&2; exit 2; }
 log() { printf 'cluster-up: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 for exe in slurmctld slurmd munged; do
-  command -v "$exe" >/dev/null || { echo "SKIP: $exe not installed (apt-get install slurm-wlm munge)"; exit 77; }
+  fm_need_cmd "$exe" "slurm-wlm and munge"
 done
 for exe in mungekey munge unmunge sinfo scontrol squeue sbatch srun; do
   command -v "$exe" >/dev/null || die "$exe not found although slurmctld and munged are installed"

@@ -18,10 +18,11 @@
 #                    them): the same bits as on 1 node.
 # Exit 77 (skip) only when slurmctld or munged is not installed.
 set -euo pipefail
+source "$(dirname "$0")/../oracle.sh"
 [ $# -eq 6 ] || { echo "usage: $0 CASE FMHPC CLUSTER REPO DATA WORK" >&2; exit 2; }
 case_=$1 fmhpc=$2 cluster=$3 repo=$4 data=$5 work=$6
 for exe in slurmctld munged; do
-  command -v "$exe" >/dev/null || { echo "SKIP: $exe not installed"; exit 77; }
+  fm_need_cmd "$exe" "slurm-wlm and munge"
 done
 fail() { echo "FAIL: $case_: $*"; exit 1; }
 [ -s "$cluster/env.sh" ] || fail "no cluster in $cluster (slurm.cluster_up did not run?)"

@@ -1,13 +1,15 @@
 /* tok_compare.c: compare fmhpc's ids with reference ids produced by the npm
  * tokenizers (ref_*.js), document by document, and check that every
  * document round-trips (decode(encode(x)) == x).
- *   tok_compare TOKENIZER REF_IDS [--long | --resave PATH]
+ *   tok_compare TOKENIZER REF_IDS [--long | --resave PATH] [--docs N]
  * REF_IDS lines: source<TAB>byte offset<TAB>byte length (-1: whole file)<TAB>ids
  * (".gz" sources are gunzipped). --long sends every pre-token through the
  * heap-based merge loop, which must give the same ids as the array one.
  * --resave writes the tokenizer as tokenizer.json to PATH and compares the
  * ids of that file, loaded back.
- * Prints one summary line; exit 0 only when no document differs. */
+ * --docs N: exactly N documents must be compared (a short reference file fails).
+ * Prints one summary line; exit 0 only when documents were compared and none
+ * differs. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,8 +19,13 @@
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: tok_compare TOKENIZER REF_IDS [--long]\n");
+    fprintf(stderr, "usage: tok_compare TOKENIZER REF_IDS [--long | --resave PATH] [--docs N]\n");
     return 2;
+  }
+  long long want_docs = -1;
+  if (argc > 4 && !strcmp(argv[argc - 2], "--docs")) {
+    want_docs = atoll(argv[argc - 1]);
+    argc -= 2;
   }
   if (argc > 3 && !strcmp(argv[3], "--long")) fm__tok_small_max = 0;
   FmTokenizer *tok;
@@ -109,5 +116,9 @@ int main(int argc, char **argv) {
          (long long)roundtrip_bad, fm__tok_small_max == 0 ? " [long-word merge loop]" : "");
   free(ids), free(want), free(back), free(src), free(src_name), free(ref);
   fm_tok_free(tok);
+  if (want_docs >= 0 && docs != want_docs) {
+    fprintf(stderr, "tok_compare: %lld documents compared, expected %lld\n", (long long)docs, want_docs);
+    return 1;
+  }
   return docs > 0 && differ == 0 && roundtrip_bad == 0 && invalid == 0 ? 0 : 1;
 }

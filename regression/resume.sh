@@ -10,20 +10,17 @@
 #     names step 20, the .partial is ignored, the resume is exact;
 #   - a flipped byte in step 20's file: resume='auto' names the dataset and the
 #     file and falls back to step 10;
-#   - a full disk (a small tmpfs; skipped when mount is not allowed): a clear
-#     error, no .partial left, `latest` names the good checkpoint;
 #   - h5py lists the tensors by name and recomputes every checksum.
+# The full disk is regression.resume_full_disk (full_disk.sh).
 set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3
 repo=$(cd "$(dirname "$0")/.." && pwd)
+source "$repo/tests/oracle.sh"
+fm_need_py h5py python3-h5py
 cd "$work"
 common=(train%steps=40 train%global_batch=12 train%micro_batch=1 optim%warmup_steps=5 eval%every=0
         "data%valid=''" log%every=10 log%plot=F ckpt%every=10)
 R=resume
-# a tmpfs left mounted by an interrupted run would block the clean-up
-unmount() { if mountpoint -q "$R/full_mnt" 2>/dev/null; then umount "$R/full_mnt"; fi; }
-unmount
-trap unmount EXIT
 rm -rf "$R"; mkdir -p "$R"
 fail=0
 run() { # dir np expected-status [VAR=value ... | group%key=value ...]
@@ -87,22 +84,5 @@ fi
   { cat "$R/h5py.txt"; echo "FAIL: h5py check"; fail=1; }
 grep -q '^  params/wte ' "$R/h5py.txt" && grep -q '^  optim/v/wte ' "$R/h5py.txt" && tail -1 "$R/h5py.txt" ||
   { echo "FAIL: h5py did not list params/wte"; fail=1; }
-# full disk: a tmpfs with room for one checkpoint (87 MB) but not two
-mkdir -p "$R/full_mnt"
-if mount -t tmpfs -o size=120m tmpfs "$R/full_mnt" 2>/dev/null; then
-  # (not FMHPC_CKPT_TEST_NO_SPACE_CHECK: an ENOSPC inside HDF5's collective
-  # write can hang H5Fclose on this stack, see ckpt.h; the check prevents it)
-  run full 2 1 train%steps=2 optim%warmup_steps=1 ckpt%every=1 "ckpt%dir='$R/full_mnt'"
-  msg=$(grep -o 'checkpoint of step 2 failed: .*' "$R/full.log.2" || true)
-  if [ -n "$msg" ] && [ "$(cat "$R/full_mnt/latest")" = step_00000001.h5 ] && ! ls "$R/full_mnt/"*.partial 2>/dev/null &&
-     /usr/bin/python3 "$repo/regression/ckpt_tool.py" "$R/full_mnt/step_00000001.h5" > /dev/null; then
-    echo "full disk: $msg; latest = step_00000001.h5 (verified)"
-  else
-    echo "FAIL: full disk"; tail -5 "$R/full.log.2"; ls -la "$R/full_mnt"; fail=1
-  fi
-  unmount
-else
-  echo "full disk: SKIPPED (cannot mount a tmpfs here)"
-fi
-[ $fail -eq 0 ] && echo "PASS: resume"
-exit $fail
+[ $fail -eq 0 ] || exit 1
+echo "PASS: resume"

@@ -253,6 +253,8 @@ def main():
     ap.add_argument("--expect-docs", type=int, default=-1)
     a = ap.parse_args()
     docs, counts = expected_docs(a)
+    if not docs:
+        fail(f"no documents in {a.inputs} pass the filters: nothing would be compared")
     if a.expect_docs >= 0 and counts["records"] != a.expect_docs:
         fail(f"{counts['records']} records in the inputs, expected {a.expect_docs}")
     mpath = a.manifest

@@ -6,4 +6,4 @@ add_test(NAME generate.ranks_same_text
          COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/run.sh $<TARGET_FILE:fmhpc> $<TARGET_FILE:hf_tool> ${MPIEXEC_EXECUTABLE}
                  ${PROJECT_BINARY_DIR}/tests/generate_run ${PROJECT_SOURCE_DIR})
 set_tests_properties(generate.ranks_same_text PROPERTIES LABELS regression ENVIRONMENT "${FMHPC_TEST_ENV}"
-                     TIMEOUT 300 PASS_REGULAR_EXPRESSION "PASS: generate text equal")
+                     TIMEOUT 300)

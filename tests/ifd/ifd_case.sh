@@ -93,5 +93,7 @@ sc = [s["records"] == 6, s["ifd"]["count"] == 6, near(s["ifd"]["mean"], m, 1e-12
       all(near(r["ifd_diff"], r["ifd_b"] - r["ifd"], 1e-12) for r in recs)]
 print(f"summary: mean {m:.6f}, median {s['ifd']['median']:.6f}, Pearson r {pr:.6f}: {'ok' if all(sc) else 'FAIL ' + str(sc)}")
 ok &= all(sc)
-print("PASS: ifd" if ok else "FAIL: ifd")
+if not ok:
+    raise SystemExit("FAIL: ifd")
+print("PASS: ifd")
 PYEOF

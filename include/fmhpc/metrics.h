@@ -85,7 +85,7 @@ typedef struct FmTfScalar {
   double value; /* stored as float32 (Summary.Value.simple_value) */
 } FmTfScalar;
 
-/* Create dir/events.out.tfevents.<unix time>.<host>.<run name> and write the
+/* Create dir/events.out.tfevents.<unix time>.<host>.<pid>.<run name>, write the
  * file_version event ("brain.Event:2"). */
 int fm_tfevents_open(FmTfEvents **tb, const char *dir, const char *run_name, FILE *err);
 const char *fm_tfevents_path(const FmTfEvents *tb);

@@ -118,16 +118,32 @@ int fm_metrics_open_resume(FmMetrics **out, const char *path, const FmDeck *deck
   return open_tb(m, deck, step, err);
 }
 
+/* ", key: value" with %.9e; null when not finite (JSON has no NaN or
+ * infinity: a skipped step's gradient norm must not break every reader). */
+static void put_num(FILE *f, const char *key, double v) {
+  if (isfinite(v))
+    fprintf(f, ", \"%s\": %.9e", key, v);
+  else
+    fprintf(f, ", \"%s\": null", key);
+}
+
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r) {
   if (!m) return;
   fm_curve_add_step(&m->curve, r->step, r->loss, r->lr);
   if (m->f) {
-    fprintf(m->f,
-            "{\"record\": \"step\", \"step\": %lld, \"loss\": %.9e, \"loss_hex\": \"%a\", \"lr\": %.9e, "
-            "\"grad_norm\": %.9e, \"tokens\": %lld, \"step_s\": %.9e, \"tokens_per_s\": %.9e, \"mfu\": %.9e, "
-            "\"data_s\": %.9e, \"compute_s\": %.9e, \"update_s\": %.9e, \"skipped\": %s, \"redone\": %lld}\n",
-            (long long)r->step, r->loss, r->loss, r->lr, r->grad_norm, (long long)r->tokens, r->step_s, r->tokens_per_s,
-            r->mfu, r->data_s, r->compute_s, r->update_s, r->skipped ? "true" : "false", (long long)r->redone);
+    fprintf(m->f, "{\"record\": \"step\", \"step\": %lld", (long long)r->step);
+    put_num(m->f, "loss", r->loss);
+    fprintf(m->f, ", \"loss_hex\": \"%a\"", r->loss);
+    put_num(m->f, "lr", r->lr);
+    put_num(m->f, "grad_norm", r->grad_norm);
+    fprintf(m->f, ", \"tokens\": %lld", (long long)r->tokens);
+    put_num(m->f, "step_s", r->step_s);
+    put_num(m->f, "tokens_per_s", r->tokens_per_s);
+    put_num(m->f, "mfu", r->mfu);
+    put_num(m->f, "data_s", r->data_s);
+    put_num(m->f, "compute_s", r->compute_s);
+    put_num(m->f, "update_s", r->update_s);
+    fprintf(m->f, ", \"skipped\": %s, \"redone\": %lld}\n", r->skipped ? "true" : "false", (long long)r->redone);
     fflush(m->f);
   }
   if (m->tb) { /* tag -> the metrics.jsonl key it mirrors: tests/metrics/check_tb.py */
@@ -148,10 +164,11 @@ void fm_metrics_eval(FmMetrics *m, int64_t step, double loss, int64_t tokens) {
   if (!m) return;
   fm_curve_add_eval(&m->curve, step, loss);
   if (m->f) {
-    fprintf(m->f,
-            "{\"record\": \"eval\", \"step\": %lld, \"val_loss\": %.9e, \"val_loss_hex\": \"%a\", "
-            "\"val_ppl\": %.9e, \"tokens\": %lld}\n",
-            (long long)step, loss, loss, exp(loss), (long long)tokens);
+    fprintf(m->f, "{\"record\": \"eval\", \"step\": %lld", (long long)step);
+    put_num(m->f, "val_loss", loss);
+    fprintf(m->f, ", \"val_loss_hex\": \"%a\"", loss);
+    put_num(m->f, "val_ppl", exp(loss));
+    fprintf(m->f, ", \"tokens\": %lld}\n", (long long)tokens);
     fflush(m->f);
   }
   if (m->tb) {

@@ -134,9 +134,11 @@ int fm_tfevents_open(FmTfEvents **out, const char *dir, const char *run_name, FI
   host[sizeof host - 1] = '\0';
   file_safe(name, sizeof name, run_name);
   FmTfEvents *tb = fm_xcalloc(1, sizeof *tb);
-  /* TensorBoard reads every file whose name holds "tfevents"; the run name
-   * after the host keeps runs apart in a listing. */
-  snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s.%s", dir, (long long)time(NULL), host, name);
+  /* TensorBoard reads every file whose name holds "tfevents", in name
+   * order: time first; the pid keeps a resume within the same second apart;
+   * the run name keeps runs apart in a listing. */
+  snprintf(tb->path, sizeof tb->path, "%s/events.out.tfevents.%lld.%s.%lld.%s", dir, (long long)time(NULL), host,
+           (long long)getpid(), name);
   tb->f = fopen(tb->path, "ab");
   if (!tb->f) {
     if (err) fprintf(err, "fmhpc: cannot write '%s': %s\nhint: check &run out_dir\n", tb->path, strerror(errno));

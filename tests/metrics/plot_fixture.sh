@@ -3,7 +3,8 @@
 # here as a running job leaves it: a deck record naming the run, 300 steps of
 # a falling loss under warmup + cosine lr, a validation every 50 steps, a
 # resume at step 120 after steps up to 130 were written (121..130 come
-# twice), and a last record still without its newline. The PNG must decode
+# twice), a step whose loss is null (not finite), and a last record still
+# without its newline. The PNG must decode
 # at its stated size with every series drawn (check_png.py). Errors: a run
 # directory without metrics.jsonl, and a corrupt line, fail with the file
 # and line named.
@@ -25,7 +26,10 @@ for t in range(1, 131):
     if t % 50 == 0: print(json.dumps(ev(t)), file=out)
 print(json.dumps({"record": "resume", "step": 120, "checkpoint": "ckpt/step_00000120.h5"}), file=out)
 for t in range(121, 301):
-    print(json.dumps(step(t)), file=out)
+    s = step(t)
+    if t == 200:  # a skipped step with a non-finite gradient: null in metrics.jsonl
+        s.update(loss=None, grad_norm=None)
+    print(json.dumps(s), file=out)
     if t % 50 == 0: print(json.dumps(ev(t)), file=out)
 out.write('{"record": "step", "step": 301, "loss": 4.')  # being written
 PYEOF

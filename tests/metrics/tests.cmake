@@ -1,6 +1,7 @@
 # tests/metrics: what a training run reports, end to end. metrics.nano_run
-# trains a 2-layer GPT-2 for 8 steps on 2 ranks (nano_run.sh; &run name in
-# the log, summary.json and the checkpoint); the others read its output:
+# trains a 2-layer GPT-2 for 8 steps on 2 ranks, preempted after step 5 and
+# resumed (nano_run.sh; &run name in the log, summary.json and the
+# checkpoint); the others read its output:
 #   metrics.tensorboard  every event decoded by protobuf from TensorFlow's
 #                        published field numbers, CRCs checked, every scalar
 #                        equal to metrics.jsonl (check_tb.py)
@@ -17,7 +18,7 @@ add_test(NAME metrics.nano_run
 set_tests_properties(metrics.nano_run PROPERTIES FIXTURES_REQUIRED data_fx FIXTURES_SETUP metrics_run LABELS unit
                      TIMEOUT 300 ENVIRONMENT "${FMHPC_TEST_ENV}")
 add_test(NAME metrics.tensorboard
-         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_tb.py ${FM_METRICS_WORK}/work/run "tb nano")
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_tb.py ${FM_METRICS_WORK}/work/run "tb nano" 2)
 set_tests_properties(metrics.tensorboard PROPERTIES FIXTURES_REQUIRED metrics_run LABELS unit TIMEOUT 120
                      SKIP_RETURN_CODE 77)
 if(PLPLOT_FOUND)

@@ -44,6 +44,10 @@ typedef struct FmReduce {
   int64_t *acc;           /* (P*S) int64 accumulator, padded layout (exact) */
   int64_t *acc_shard;     /* (S) reduce-scatter result (exact) */
   float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode, all-gather) */
+  int64_t norm_nb;        /* most norm blocks any rank's shard touches */
+  double *norm_mine;      /* (norm_nb) this rank's block sums of squares */
+  double *norm_all;       /* (P*norm_nb) every rank's, gathered */
+  double *norm_ordered;   /* (nblocks+1) the same in block order */
   int64_t limit;          /* largest |q| one micro-batch may add */
   int32_t overflow;       /* this rank saw a value beyond limit */
   int32_t nonfinite;      /* this rank saw NaN or Inf */

@@ -53,6 +53,16 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
    * for the parameter all-gather */
   g->sendf = fm_xcalloc((size_t)(exact ? g->S : g->P * g->S), sizeof *g->sendf);
   g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
+  /* The grad norm's buffers: each rank's blocks, at most ceil(nblocks/P)+1.
+   * Sized here so that no step allocates (STYLE rule 8). */
+  for (int r = 0; r < g->P; r++) {
+    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
+    if (nb > g->norm_nb) g->norm_nb = nb;
+  }
+  if (g->norm_nb == 0) g->norm_nb = 1;
+  g->norm_mine = fm_xcalloc((size_t)g->norm_nb, sizeof *g->norm_mine);
+  g->norm_all = fm_xcalloc((size_t)(g->norm_nb * g->P), sizeof *g->norm_all);
+  g->norm_ordered = fm_xcalloc((size_t)g->nblocks + 1, sizeof *g->norm_ordered);
   return 0;
 }
 
@@ -66,6 +76,9 @@ void fm_reduce_free(FmReduce *g) {
   free(g->acc_shard);
   free(g->sendf);
   free(g->shardf);
+  free(g->norm_mine);
+  free(g->norm_all);
+  free(g->norm_ordered);
   memset(g, 0, sizeof *g);
 }
 
@@ -198,17 +211,11 @@ int fm_reduce_allgather(FmReduce *g, float *w) {
   return 0;
 }
 
+/* Rank r's block sums sit at all[r*maxb, r*maxb + its block count); a rank
+ * with fewer blocks leaves its tail of `mine` at zero (never written). */
 double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
-  /* Each rank's blocks; ranks have at most ceil(nblocks/P)+1 of them. */
-  int64_t maxb = 0;
-  for (int r = 0; r < g->P; r++) {
-    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
-    if (nb > maxb) maxb = nb;
-  }
-  if (maxb == 0) maxb = 1;
-  double *mine = fm_xcalloc((size_t)maxb, sizeof *mine);
-  double *all = fm_xcalloc((size_t)(maxb * g->P), sizeof *all);
-  double *ordered = fm_xcalloc((size_t)g->nblocks + 1, sizeof *ordered);
+  const int64_t maxb = g->norm_nb;
+  double *mine = g->norm_mine, *all = g->norm_all, *ordered = g->norm_ordered;
   FM_CHECK(fm_clip_block_sumsq(shard, fm_reduce_lo(g), fm_reduce_hi(g), FM_CLIP_BLOCK, mine));
   FM_CHECK(fm_comm_allgather(g->comm, mine, all, maxb, FM_DT_F64));
   int64_t k = 0;
@@ -216,9 +223,5 @@ double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
     int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
     for (int64_t j = 0; j < nb; j++) ordered[k++] = all[(int64_t)r * maxb + j];
   }
-  double norm = fm_clip_norm(ordered, k);
-  free(mine);
-  free(all);
-  free(ordered);
-  return norm;
+  return fm_clip_norm(ordered, k);
 }

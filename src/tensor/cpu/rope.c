@@ -13,6 +13,7 @@
 
 #include "fmhpc/tensor.h"
 
+#include "../rope_table.h"
 #include "cpu_ops.h"
 
 #define FM_ROPE_OMP_MIN ((int64_t)1 << 14)
@@ -36,12 +37,8 @@ static void rope_table(int64_t npos, int64_t half, float theta) {
   fm__rope_theta = theta;
 #pragma omp parallel for schedule(static) if (P * half >= FM_ROPE_OMP_MIN)
   for (int64_t p = 0; p < P; p++)
-    for (int64_t i = 0; i < half; i++) {
-      /* HF: inv_freq = 1 / theta^(arange(0, HS, 2) / HS) */
-      const double a = (double)p * pow((double)theta, -(double)(2 * i) / (double)(2 * half));
-      fm__rope_cos[p * half + i] = (float)cos(a);
-      fm__rope_sin[p * half + i] = (float)sin(a);
-    }
+    for (int64_t i = 0; i < half; i++) /* the formula the CUDA op's table uses too */
+      fm_rope_cos_sin(p, i, half, theta, &fm__rope_cos[p * half + i], &fm__rope_sin[p * half + i]);
 }
 
 /* dir = +1: rotate by +a (forward); -1: by -a (backward, the inverse). */

@@ -1,17 +1,58 @@
-/* cuda_common.cuh: what every file in src/tensor/cuda/ needs: the C headers
- * the CUDA runtime, the stream the ops run on, and the launch
- * shape of the elementwise kernels. Private to src/tensor/cuda/. */
+/* cuda_common.cuh: what every file in src/tensor/cuda/ needs: the C headers,
+ * the CUDA runtime (or, under FM_SIMT, the host emulator emu/simt.h), the
+ * stream the ops run on, one launch spelling for both, and the launch shape of
+ * the elementwise kernels. Private to src/tensor/cuda/.
+ *
+ * Every .cu here is compiled twice: by nvcc into the library, and by
+ * g++ -x c++ -DFM_SIMT -ffp-contract=off into the emulated kernel tests
+ * (tests/kernels/emu), where its host wrappers are named fm_simt_<op>
+ * instead of fm_cuda_<op> (FM_CUDA_OP) so both can sit in one program. */
 #ifndef FMHPC_TENSOR_CUDA_COMMON_CUH
 #define FMHPC_TENSOR_CUDA_COMMON_CUH
 
-#include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fmhpc/backend.h" /* C headers carry their own extern "C" */
 #include "fmhpc/core.h"
 
+#ifdef FM_SIMT
+#include "emu/simt.h"
+#define FM_CUDA_OP(name) fm_simt_##name
+/* kernel<<<grid, block, smem, stream>>>(args) */
+#define FM_LAUNCH(kernel, grid, block, smem, ...) FM_SIMT_LAUNCH(kernel, grid, block, smem, __VA_ARGS__)
+#define FM_DYN_SMEM(T, name)                      FM_SIMT_DYN_SMEM(T, name)
+#else
+#include <cuda_runtime.h>
+#define FM_CUDA_OP(name) fm_cuda_##name
 /* The stream set with fm_cuda_set_stream (memory.cu). */
 static inline cudaStream_t fm__cuda_stream(void) { return (cudaStream_t)fm_cuda_get_stream(); }
+#define FM_LAUNCH(kernel, grid, block, smem, ...)                        \
+  do {                                                                   \
+    kernel<<<(grid), (block), (smem), fm__cuda_stream()>>>(__VA_ARGS__); \
+    FM_CHECK_CUDA(cudaGetLastError());                                   \
+  } while (0)
+#define FM_DYN_SMEM(T, name) extern __shared__ T name[]
+#endif
+
+/* Device buffers an op keeps between calls (built on the first call, as
+ * the CPU op's tables): device memory, or host memory under the emulator. */
+#ifdef FM_SIMT
+static inline void *fm__dev_alloc(int64_t bytes) {
+  void *p = malloc((size_t)(bytes > 0 ? bytes : 1));
+  if (!p) fm_abort_one(1, "simt: out of host memory for a %lld-byte device buffer", (long long)bytes);
+  return p;
+}
+static inline void fm__dev_free(void *p) { free(p); }
+static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) { memcpy(dst, src, (size_t)bytes); }
+#else
+static inline void *fm__dev_alloc(int64_t bytes) { return fm_cuda_alloc(bytes); }
+static inline void fm__dev_free(void *p) { fm_cuda_free(p); }
+static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) {
+  fm_cuda_copy_to_device(dst, src, bytes);
+}
+#endif
 
 /* Elementwise kernels: 256 threads a block, grid-stride loops with int64
  * indices (n may exceed 2^31), and at most FM__CUDA_MAX_BLOCKS blocks: enough
@@ -25,5 +66,19 @@ static inline unsigned fm__cuda_grid(int64_t n) {
 }
 #define FM__CUDA_FOR_EACH(i, n) \
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* Correctly rounded double arithmetic, never contracted (the CPU ops' row
+ * statistics are double sums; elementwise.h has the float ones). */
+static __device__ __forceinline__ double fm__dadd(double a, double b) { return __dadd_rn(a, b); }
+static __device__ __forceinline__ double fm__dmul(double a, double b) { return __dmul_rn(a, b); }
+static __device__ __forceinline__ double fm__ddiv(double a, double b) { return __ddiv_rn(a, b); }
+static __device__ __forceinline__ double fm__dsqrt(double a) { return __dsqrt_rn(a); }
+
+/* Warp reductions with a fixed butterfly: every lane ends with the same sum,
+ * combined in the same order whatever the schedule. */
+static __device__ __forceinline__ double fm__warp_sum_d(double v) {
+  for (int o = 16; o > 0; o >>= 1) v = fm__dadd(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
 
 #endif

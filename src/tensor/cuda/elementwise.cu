@@ -51,38 +51,37 @@ static __global__ void fm__adamw_kernel(float *w, float *m, float *v, const floa
 
 /* ---- host wrappers --------------------------------------------------------- */
 /* n <= 0 launches nothing (a zero-block grid is a launch error). */
-#define FM__LAUNCH(kernel, n, ...)                                                   \
-  do {                                                                               \
-    if ((n) <= 0) return;                                                            \
-    kernel<<<fm__cuda_grid(n), FM__CUDA_BLOCK, 0, fm__cuda_stream()>>>(__VA_ARGS__); \
-    FM_CHECK_CUDA(cudaGetLastError());                                               \
+#define FM__LAUNCH(kernel, n, ...)                                           \
+  do {                                                                       \
+    if ((n) <= 0) return;                                                    \
+    FM_LAUNCH(kernel, fm__cuda_grid(n), FM__CUDA_BLOCK, 0, __VA_ARGS__);     \
   } while (0)
 
-extern "C" void fm_cuda_gelu_fwd(float *out, const float *x, int64_t n) {
+extern "C" void FM_CUDA_OP(gelu_fwd)(float *out, const float *x, int64_t n) {
   FM__LAUNCH(fm__gelu_fwd_kernel, n, out, x, n);
 }
-extern "C" void fm_cuda_gelu_bwd(float *dx, const float *dout, const float *x, int64_t n) {
+extern "C" void FM_CUDA_OP(gelu_bwd)(float *dx, const float *dout, const float *x, int64_t n) {
   FM__LAUNCH(fm__gelu_bwd_kernel, n, dx, dout, x, n);
 }
-extern "C" void fm_cuda_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n) {
+extern "C" void FM_CUDA_OP(swiglu_fwd)(float *out, const float *gate, const float *up, int64_t n) {
   FM__LAUNCH(fm__swiglu_fwd_kernel, n, out, gate, up, n);
 }
-extern "C" void fm_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+extern "C" void FM_CUDA_OP(swiglu_bwd)(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                                    int64_t n) {
   FM__LAUNCH(fm__swiglu_bwd_kernel, n, dgate, dup, dout, gate, up, n);
 }
-extern "C" void fm_cuda_add(float *out, const float *a, const float *b, int64_t n) {
+extern "C" void FM_CUDA_OP(add)(float *out, const float *a, const float *b, int64_t n) {
   FM__LAUNCH(fm__add_kernel, n, out, a, b, n);
 }
-extern "C" void fm_cuda_scale(float *x, float s, int64_t n) { FM__LAUNCH(fm__scale_kernel, n, x, s, n); }
-extern "C" void fm_cuda_cast_f32_to_bf16(uint16_t *out, const float *x, int64_t n) {
+extern "C" void FM_CUDA_OP(scale)(float *x, float s, int64_t n) { FM__LAUNCH(fm__scale_kernel, n, x, s, n); }
+extern "C" void FM_CUDA_OP(cast_f32_to_bf16)(uint16_t *out, const float *x, int64_t n) {
   FM__LAUNCH(fm__cast_f32_to_bf16_kernel, n, out, x, n);
 }
-extern "C" void fm_cuda_cast_bf16_to_f32(float *out, const uint16_t *x, int64_t n) {
+extern "C" void FM_CUDA_OP(cast_bf16_to_f32)(float *out, const uint16_t *x, int64_t n) {
   FM__LAUNCH(fm__cast_bf16_to_f32_kernel, n, out, x, n);
 }
-extern "C" void fm_cuda_round_bf16(float *x, int64_t n) { FM__LAUNCH(fm__round_bf16_kernel, n, x, n); }
-extern "C" void fm_cuda_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
+extern "C" void FM_CUDA_OP(round_bf16)(float *x, int64_t n) { FM__LAUNCH(fm__round_bf16_kernel, n, x, n); }
+extern "C" void FM_CUDA_OP(adamw_update)(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
                                      float beta2, float eps, float weight_decay, float bc1, float bc2) {
   FM__LAUNCH(fm__adamw_kernel, n, w, m, v, g, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
 }

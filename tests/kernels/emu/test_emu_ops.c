@@ -1,0 +1,495 @@
+/* test_emu_ops.c: every hand-written CUDA kernel of src/tensor/cuda/, run on
+ * the host SIMT emulator (the same .cu compiled with -DFM_SIMT; its ops are
+ * named fm_simt_<op>) against the CPU op (fm_cpu_<op>), on small shapes
+ * (odd sizes, tails, repeats), under three schedules: forward, reverse and a
+ * seeded random thread order. Every case asserts
+ *   - the same bits under every schedule (a race or an order-dependent
+ *     atomic would differ), and
+ *   - the CPU op's bits where the kernel keeps the CPU op's order: all ops
+ *     here except the norm weight gradients, whose fixed-grid partials sum
+ *     in another order: there |cuda - cpu| <= 2^-23 |cpu| + 2^-45 sum |terms|
+ *     (both are double sums of the same float terms rounded once to float:
+ *     they differ by at most one float rounding). They are bitwise for N <= 16
+ *     rows (one row per partial: the CPU's order), which is checked too.
+ * "Bits" treats two NaNs as equal (the CPU op's vector code and the scalar
+ * emulated kernel may set a NaN's sign differently); every other value,
+ * -0.0 and Inf included, must match bit for bit.
+ * Elementwise ops (GELU, SwiGLU) use the host's expf here, so the emulator
+ * checks their indexing bitwise; the device's expf tolerance is in
+ * tests/kernels/test_cuda_ops.c (label gpu).
+ * The table below assigns each fm_simt_* op to an FmBackend field: a CUDA op
+ * whose signature differs from the CPU op's does not compile (-Werror). */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "emu/simt.h"
+#include "fm_test.h"
+#include "fmhpc/optim.h"
+#include "fmhpc/reduce.h"
+#include "fmhpc/tensor.h"
+
+/* ---- the emulated ops (the .cu files of src/tensor/cuda/ built with FM_SIMT) -- */
+#define FM_SIMT_DECL(ret, name, ...) ret fm_simt_##name(__VA_ARGS__);
+FM_SIMT_DECL(void, gelu_fwd, float *out, const float *x, int64_t n)
+FM_SIMT_DECL(void, gelu_bwd, float *dx, const float *dout, const float *x, int64_t n)
+FM_SIMT_DECL(void, swiglu_fwd, float *out, const float *gate, const float *up, int64_t n)
+FM_SIMT_DECL(void, swiglu_bwd, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+             int64_t n)
+FM_SIMT_DECL(void, add, float *out, const float *a, const float *b, int64_t n)
+FM_SIMT_DECL(void, scale, float *x, float s, int64_t n)
+FM_SIMT_DECL(void, cast_f32_to_bf16, uint16_t *out, const float *x, int64_t n)
+FM_SIMT_DECL(void, cast_bf16_to_f32, float *out, const uint16_t *x, int64_t n)
+FM_SIMT_DECL(void, round_bf16, float *x, int64_t n)
+FM_SIMT_DECL(void, adamw_update, float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
+             float beta2, float eps, float weight_decay, float bc1, float bc2)
+FM_SIMT_DECL(void, layernorm_fwd, float *out, float *mean, float *rstd, const float *inp, const float *w,
+             const float *b, int64_t N, int64_t C, float eps)
+FM_SIMT_DECL(void, layernorm_bwd, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+             const float *w, const float *mean, const float *rstd, int64_t N, int64_t C)
+FM_SIMT_DECL(void, rmsnorm_fwd, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
+             float eps)
+FM_SIMT_DECL(void, rmsnorm_bwd, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+             const float *rstd, int64_t N, int64_t C)
+FM_SIMT_DECL(void, rope_fwd, float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta)
+FM_SIMT_DECL(void, rope_bwd, float *dx, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS,
+             float theta)
+FM_SIMT_DECL(void, embedding_fwd, float *out, const int32_t *tokens, const float *wte, const int32_t *pos,
+             const float *wpe, int64_t N, int64_t C)
+FM_SIMT_DECL(void, embedding_bwd, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
+             const int32_t *pos, int64_t N, int64_t C, int64_t V)
+FM_SIMT_DECL(void, quant_add, int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2,
+             int64_t lo, int64_t hi, int64_t block, int64_t limit)
+
+/* The emulated CUDA table: each op in its FmBackend slot (signature check). */
+static const FmBackend emu = {
+    .name = "cuda (emulated)",
+    .gelu_fwd = fm_simt_gelu_fwd,
+    .gelu_bwd = fm_simt_gelu_bwd,
+    .swiglu_fwd = fm_simt_swiglu_fwd,
+    .swiglu_bwd = fm_simt_swiglu_bwd,
+    .add = fm_simt_add,
+    .scale = fm_simt_scale,
+    .cast_f32_to_bf16 = fm_simt_cast_f32_to_bf16,
+    .cast_bf16_to_f32 = fm_simt_cast_bf16_to_f32,
+    .round_bf16 = fm_simt_round_bf16,
+    .adamw_update = fm_simt_adamw_update,
+    .layernorm_fwd = fm_simt_layernorm_fwd,
+    .layernorm_bwd = fm_simt_layernorm_bwd,
+    .rmsnorm_fwd = fm_simt_rmsnorm_fwd,
+    .rmsnorm_bwd = fm_simt_rmsnorm_bwd,
+    .rope_fwd = fm_simt_rope_fwd,
+    .rope_bwd = fm_simt_rope_bwd,
+    .embedding_fwd = fm_simt_embedding_fwd,
+    .embedding_bwd = fm_simt_embedding_bwd,
+};
+static const FmBackend *cpu(void) { return fm_backend_cpu(); }
+
+enum { NSCHED = 3 };
+static const uint64_t seed = 20261201;
+
+/* ---- helpers --------------------------------------------------------------- */
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static double uniform(double lo, double hi) {
+  rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+  return lo + (hi - lo) * ((double)(rng >> 11) * 0x1p-53);
+}
+static float *f32(int64_t n) { return fm_xcalloc((size_t)(n > 0 ? n : 1), sizeof(float)); }
+static float *f32_uniform(int64_t n, double lo, double hi) {
+  float *p = f32(n);
+  for (int64_t i = 0; i < n; i++) p[i] = (float)uniform(lo, hi);
+  return p;
+}
+static float *f32_copy(const float *x, int64_t n) {
+  float *p = f32(n);
+  memcpy(p, x, (size_t)n * sizeof *p);
+  return p;
+}
+static int both_nan(const void *a, const void *b, int64_t elem) {
+  if (elem != 4) return 0;
+  float x, y;
+  memcpy(&x, a, 4);
+  memcpy(&y, b, 4);
+  return isnan(x) && isnan(y);
+}
+static int64_t bit_diffs(const void *a, const void *b, int64_t n, int64_t elem) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const char *p = (const char *)a + i * elem, *q = (const char *)b + i * elem;
+    bad += memcmp(p, q, (size_t)elem) != 0 && !both_nan(p, q, elem);
+  }
+  return bad;
+}
+/* `what` from schedule s against the reference (the CPU op, or schedule 0). */
+#define EXPECT_BITS(what, got, ref, n, elem)                                                                       \
+  do {                                                                                                             \
+    int64_t fm__d = bit_diffs((got), (ref), (n), (elem));                                                         \
+    if (fm__d) FM__FAIL("%s under %s: %lld of %lld elements differ in bits", (what), fm_simt_schedule_name(),      \
+                        (long long)fm__d, (long long)(n));                                                         \
+  } while (0)
+static void schedule(int s) { fm_simt_set_schedule((FmSimtOrder)s, seed); }
+/* What ran in this case (the emulator counts launches). */
+static void report(const char *op, int shapes) {
+  FmSimtStats st;
+  fm_simt_stats(&st);
+  printf("emu: %s: %d shape(s) x %d schedules (forward, reverse, random(%llu)): %llu kernel launches, %llu blocks, "
+         "%llu threads, compared\n",
+         op, shapes, NSCHED, (unsigned long long)seed, (unsigned long long)st.launches, (unsigned long long)st.blocks,
+         (unsigned long long)st.threads);
+  FM_EXPECT(st.launches > 0);
+}
+
+/* ---- elementwise ------------------------------------------------------------- */
+FM_TEST(elementwise_bitwise) {
+  const int64_t n = 3 * 256 + 77; /* several blocks and a tail */
+  float *x = f32_uniform(n, -12.0, 12.0), *y = f32_uniform(n, -3.0, 3.0), *d = f32_uniform(n, -2.0, 2.0);
+  x[0] = 0.0f;
+  x[1] = -0.0f;
+  x[2] = INFINITY;
+  x[3] = -INFINITY;
+  x[4] = NAN;
+  float *c1 = f32(n), *c2 = f32(n), *g1 = f32(n), *g2 = f32(n);
+  uint16_t *ch = fm_xcalloc((size_t)n, 2), *gh = fm_xcalloc((size_t)n, 2);
+  for (int s = 0; s < NSCHED; s++) {
+    schedule(s);
+    cpu()->gelu_fwd(c1, x, n);
+    emu.gelu_fwd(g1, x, n);
+    EXPECT_BITS("gelu_fwd", g1, c1, n, 4);
+    cpu()->gelu_bwd(c1, d, x, n);
+    emu.gelu_bwd(g1, d, x, n);
+    EXPECT_BITS("gelu_bwd", g1, c1, n, 4);
+    cpu()->swiglu_fwd(c1, x, y, n);
+    emu.swiglu_fwd(g1, x, y, n);
+    EXPECT_BITS("swiglu_fwd", g1, c1, n, 4);
+    cpu()->swiglu_bwd(c1, c2, d, x, y, n);
+    emu.swiglu_bwd(g1, g2, d, x, y, n);
+    EXPECT_BITS("swiglu_bwd dgate", g1, c1, n, 4);
+    EXPECT_BITS("swiglu_bwd dup", g2, c2, n, 4);
+    cpu()->add(c1, x, y, n);
+    emu.add(g1, x, y, n);
+    EXPECT_BITS("add", g1, c1, n, 4);
+    cpu()->scale(c1, 0.7071f, n);
+    emu.scale(g1, 0.7071f, n);
+    EXPECT_BITS("scale", g1, c1, n, 4);
+    cpu()->cast_f32_to_bf16(ch, x, n);
+    emu.cast_f32_to_bf16(gh, x, n);
+    EXPECT_BITS("cast_f32_to_bf16", gh, ch, n, 2);
+    cpu()->cast_bf16_to_f32(c1, ch, n);
+    emu.cast_bf16_to_f32(g1, ch, n);
+    EXPECT_BITS("cast_bf16_to_f32", g1, c1, n, 4);
+    memcpy(c1, y, (size_t)n * 4);
+    memcpy(g1, y, (size_t)n * 4);
+    cpu()->round_bf16(c1, n);
+    emu.round_bf16(g1, n);
+    EXPECT_BITS("round_bf16", g1, c1, n, 4);
+  }
+  report("gelu/swiglu fwd+bwd, add, scale, casts, round_bf16", 1);
+  free(x), free(y), free(d), free(c1), free(c2), free(g1), free(g2), free(ch), free(gh);
+}
+
+FM_TEST(adamw_bitwise_steps) {
+  const int64_t n = 1000;
+  float *w0 = f32_uniform(n, -1.0, 1.0);
+  float *w[NSCHED + 1], *m[NSCHED + 1], *v[NSCHED + 1];
+  for (int k = 0; k <= NSCHED; k++) {
+    w[k] = f32_copy(w0, n);
+    m[k] = f32(n);
+    v[k] = f32(n);
+  }
+  float *g = f32(n);
+  for (int t = 1; t <= 5; t++) {
+    for (int64_t i = 0; i < n; i++) g[i] = i % 97 == 0 ? 0.0f : (float)(uniform(-1, 1) * pow(10.0, uniform(-7, 1)));
+    const float bc1 = (float)(1.0 - pow(0.9, t)), bc2 = (float)(1.0 - pow(0.95, t));
+    cpu()->adamw_update(w[NSCHED], m[NSCHED], v[NSCHED], g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2);
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      emu.adamw_update(w[s], m[s], v[s], g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2);
+    }
+  }
+  for (int s = 0; s < NSCHED; s++) {
+    fm_simt_set_schedule((FmSimtOrder)s, seed);
+    EXPECT_BITS("adamw w", w[s], w[NSCHED], n, 4);
+    EXPECT_BITS("adamw m", m[s], m[NSCHED], n, 4);
+    EXPECT_BITS("adamw v", v[s], v[NSCHED], n, 4);
+  }
+  report("adamw_update (5 steps)", 1);
+  for (int k = 0; k <= NSCHED; k++) free(w[k]), free(m[k]), free(v[k]);
+  free(w0), free(g);
+}
+
+/* ---- norms ------------------------------------------------------------------- */
+static const int64_t norm_shapes[][2] = {{5, 13}, {9, 64}, {3, 1}, {7, 1536}, {40, 100}, {33, 8}};
+enum { NNORM = sizeof norm_shapes / sizeof norm_shapes[0] };
+
+/* dw/db of the CUDA kernel against the CPU: bitwise for N <= 16, else one
+ * float rounding of the same double sum (see the header). */
+static void expect_weight_grad(const char *what, const float *got, const float *cpu_v, const double *scale, int64_t N,
+                               int64_t C) {
+  int64_t bad = 0, diff = 0;
+  for (int64_t c = 0; c < C; c++) {
+    if (memcmp(&got[c], &cpu_v[c], 4) == 0) continue;
+    diff++;
+    const double tol = 0x1p-23 * fabs((double)cpu_v[c]) + 0x1p-45 * scale[c];
+    if (N <= 16 || !(fabs((double)got[c] - (double)cpu_v[c]) <= tol)) {
+      if (bad++ < 5)
+        FM__FAIL("%s N=%lld C=%lld col %lld: cuda %.9g cpu %.9g (tol %.3g)", what, (long long)N, (long long)C,
+                 (long long)c, got[c], cpu_v[c], N <= 16 ? 0.0 : tol);
+    }
+  }
+  if (diff) printf("  %s N=%lld C=%lld: %lld of %lld within tolerance, not bitwise\n", what, (long long)N, (long long)C,
+                   (long long)diff, (long long)C);
+}
+
+FM_TEST(layernorm_fwd_bwd) {
+  for (int k = 0; k < NNORM; k++) {
+    const int64_t N = norm_shapes[k][0], C = norm_shapes[k][1], NC = N * C;
+    float *x = f32_uniform(NC, -4.0, 4.0), *w = f32_uniform(C, 0.0, 2.0), *b = f32_uniform(C, -1.0, 1.0);
+    for (int64_t i = 0; i < NC; i += 7) x[i] += 30.0f; /* an offset the mean must remove */
+    float *dout = f32_uniform(NC, -1.0, 1.0), *di0 = f32_uniform(NC, -1.0, 1.0);
+    float *dw0 = f32_uniform(C, -1.0, 1.0), *db0 = f32_uniform(C, -1.0, 1.0);
+    float *co = f32(NC), *cm = f32(N), *cr = f32(N), *cdi = f32_copy(di0, NC), *cdw = f32_copy(dw0, C),
+          *cdb = f32_copy(db0, C);
+    cpu()->layernorm_fwd(co, cm, cr, x, w, b, N, C, 1e-5f);
+    cpu()->layernorm_bwd(cdi, cdw, cdb, dout, x, w, cm, cr, N, C);
+    double *sw = fm_xcalloc((size_t)C, sizeof(double)), *sb = fm_xcalloc((size_t)C, sizeof(double));
+    for (int64_t c = 0; c < C; c++) {
+      sw[c] = fabs((double)dw0[c]);
+      sb[c] = fabs((double)db0[c]);
+      for (int64_t n = 0; n < N; n++) {
+        sw[c] += fabs((double)dout[n * C + c] * (((double)x[n * C + c] - cm[n]) * cr[n]));
+        sb[c] += fabs((double)dout[n * C + c]);
+      }
+    }
+    float *first_dw = f32(C), *first_db = f32(C);
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      float *go = f32(NC), *gm = f32(N), *gr = f32(N), *gdi = f32_copy(di0, NC), *gdw = f32_copy(dw0, C),
+            *gdb = f32_copy(db0, C);
+      emu.layernorm_fwd(go, gm, gr, x, w, b, N, C, 1e-5f);
+      EXPECT_BITS("layernorm_fwd out", go, co, NC, 4);
+      EXPECT_BITS("layernorm_fwd mean", gm, cm, N, 4);
+      EXPECT_BITS("layernorm_fwd rstd", gr, cr, N, 4);
+      emu.layernorm_bwd(gdi, gdw, gdb, dout, x, w, cm, cr, N, C);
+      EXPECT_BITS("layernorm_bwd dinp", gdi, cdi, NC, 4);
+      if (s == 0) {
+        expect_weight_grad("layernorm_bwd dw", gdw, cdw, sw, N, C);
+        expect_weight_grad("layernorm_bwd db", gdb, cdb, sb, N, C);
+        memcpy(first_dw, gdw, (size_t)C * 4);
+        memcpy(first_db, gdb, (size_t)C * 4);
+      } else {
+        EXPECT_BITS("layernorm_bwd dw (vs forward schedule)", gdw, first_dw, C, 4);
+        EXPECT_BITS("layernorm_bwd db (vs forward schedule)", gdb, first_db, C, 4);
+      }
+      /* dinp NULL: only the weight gradients */
+      float *hdw = f32_copy(dw0, C);
+      emu.layernorm_bwd(NULL, hdw, NULL, dout, x, w, cm, cr, N, C);
+      EXPECT_BITS("layernorm_bwd dw alone", hdw, first_dw, C, 4);
+      free(go), free(gm), free(gr), free(gdi), free(gdw), free(gdb), free(hdw);
+    }
+    free(x), free(w), free(b), free(dout), free(di0), free(dw0), free(db0), free(co), free(cm), free(cr), free(cdi),
+        free(cdw), free(cdb), free(sw), free(sb), free(first_dw), free(first_db);
+  }
+  report("layernorm_fwd+bwd", NNORM);
+}
+
+FM_TEST(rmsnorm_fwd_bwd) {
+  for (int k = 0; k < NNORM; k++) {
+    const int64_t N = norm_shapes[k][0], C = norm_shapes[k][1], NC = N * C;
+    float *x = f32_uniform(NC, -4.0, 4.0), *w = f32_uniform(C, 0.0, 2.0);
+    float *dout = f32_uniform(NC, -1.0, 1.0), *di0 = f32_uniform(NC, -1.0, 1.0), *dw0 = f32_uniform(C, -1.0, 1.0);
+    float *co = f32(NC), *cr = f32(N), *cdi = f32_copy(di0, NC), *cdw = f32_copy(dw0, C);
+    cpu()->rmsnorm_fwd(co, cr, x, w, N, C, 1e-6f);
+    cpu()->rmsnorm_bwd(cdi, cdw, dout, x, w, cr, N, C);
+    double *sw = fm_xcalloc((size_t)C, sizeof(double));
+    for (int64_t c = 0; c < C; c++) {
+      sw[c] = fabs((double)dw0[c]);
+      for (int64_t n = 0; n < N; n++) sw[c] += fabs((double)dout[n * C + c] * ((double)x[n * C + c] * cr[n]));
+    }
+    float *first_dw = f32(C);
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      float *go = f32(NC), *gr = f32(N), *gdi = f32_copy(di0, NC), *gdw = f32_copy(dw0, C);
+      emu.rmsnorm_fwd(go, gr, x, w, N, C, 1e-6f);
+      EXPECT_BITS("rmsnorm_fwd out", go, co, NC, 4);
+      EXPECT_BITS("rmsnorm_fwd rstd", gr, cr, N, 4);
+      emu.rmsnorm_bwd(gdi, gdw, dout, x, w, cr, N, C);
+      EXPECT_BITS("rmsnorm_bwd dinp", gdi, cdi, NC, 4);
+      if (s == 0) {
+        expect_weight_grad("rmsnorm_bwd dw", gdw, cdw, sw, N, C);
+        memcpy(first_dw, gdw, (size_t)C * 4);
+      } else {
+        EXPECT_BITS("rmsnorm_bwd dw (vs forward schedule)", gdw, first_dw, C, 4);
+      }
+      free(go), free(gr), free(gdi), free(gdw);
+    }
+    free(x), free(w), free(dout), free(di0), free(dw0), free(co), free(cr), free(cdi), free(cdw), free(sw),
+        free(first_dw);
+  }
+  report("rmsnorm_fwd+bwd", NNORM);
+}
+
+/* ---- RoPE ------------------------------------------------------------------- */
+FM_TEST(rope_fwd_bwd_bitwise) {
+  /* q-like rows of H heads in a wider row (ld > H*HS, as in a fused qkv
+   * buffer); positions repeat, restart (documents), and some lie past the
+   * device table (8192): the in-kernel angle path. */
+  const int64_t shapes[][3] = {{37, 3, 16}, {5, 2, 128}, {64, 1, 2}};
+  for (int k = 0; k < 3; k++) {
+    const int64_t N = shapes[k][0], H = shapes[k][1], HS = shapes[k][2], ld = H * HS + 6;
+    int32_t *pos = fm_xcalloc((size_t)N, sizeof *pos);
+    for (int64_t n = 0; n < N; n++) pos[n] = (int32_t)(n % 11 == 10 ? 8190 + 3 * n : n % 13);
+    float *x0 = f32_uniform(N * ld, -2.0, 2.0);
+    float *cf = f32_copy(x0, N * ld), *cb = f32_copy(x0, N * ld);
+    cpu()->rope_fwd(cf, pos, N, ld, H, HS, 10000.0f);
+    cpu()->rope_bwd(cb, pos, N, ld, H, HS, 10000.0f);
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      float *gf = f32_copy(x0, N * ld), *gb = f32_copy(x0, N * ld);
+      emu.rope_fwd(gf, pos, N, ld, H, HS, 10000.0f);
+      emu.rope_bwd(gb, pos, N, ld, H, HS, 10000.0f);
+      EXPECT_BITS("rope_fwd", gf, cf, N * ld, 4);
+      EXPECT_BITS("rope_bwd", gb, cb, N * ld, 4);
+      free(gf), free(gb);
+    }
+    free(pos), free(x0), free(cf), free(cb);
+  }
+  report("rope_fwd+bwd", 3);
+}
+
+/* ---- embedding ----------------------------------------------------------------- */
+FM_TEST(embedding_fwd_bwd_bitwise) {
+  const int64_t shapes[][3] = {{70, 45, 13}, {5, 32, 3}, {100, 7, 200}}; /* N, C, V */
+  for (int k = 0; k < 3; k++) {
+    const int64_t N = shapes[k][0], C = shapes[k][1], V = shapes[k][2], P = 20;
+    int32_t *tok = fm_xcalloc((size_t)N, sizeof *tok), *pos = fm_xcalloc((size_t)N, sizeof *pos);
+    for (int64_t n = 0; n < N; n++) {
+      tok[n] = (int32_t)(uniform(0, 1) < 0.3 ? 1 : (int64_t)uniform(0, (double)V)); /* token 1 repeats often */
+      pos[n] = (int32_t)(n % P);
+    }
+    float *wte = f32_uniform(V * C, -1, 1), *wpe = f32_uniform(P * C, -1, 1), *dout = f32_uniform(N * C, -1, 1);
+    float *dwte0 = f32_uniform(V * C, -1, 1), *dwpe0 = f32_uniform(P * C, -1, 1);
+    float *co = f32(N * C), *co2 = f32(N * C), *cdte = f32_copy(dwte0, V * C), *cdpe = f32_copy(dwpe0, P * C);
+    cpu()->embedding_fwd(co, tok, wte, pos, wpe, N, C);
+    cpu()->embedding_fwd(co2, tok, wte, NULL, NULL, N, C);
+    cpu()->embedding_bwd(cdte, cdpe, dout, tok, pos, N, C, V);
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      float *go = f32(N * C), *go2 = f32(N * C), *gdte = f32_copy(dwte0, V * C), *gdpe = f32_copy(dwpe0, P * C);
+      float *gdte2 = f32_copy(dwte0, V * C);
+      emu.embedding_fwd(go, tok, wte, pos, wpe, N, C);
+      emu.embedding_fwd(go2, tok, wte, NULL, NULL, N, C);
+      emu.embedding_bwd(gdte, gdpe, dout, tok, pos, N, C, V);
+      emu.embedding_bwd(gdte2, NULL, dout, tok, NULL, N, C, V);
+      EXPECT_BITS("embedding_fwd (wte+wpe)", go, co, N * C, 4);
+      EXPECT_BITS("embedding_fwd (wte)", go2, co2, N * C, 4);
+      EXPECT_BITS("embedding_bwd dwte", gdte, cdte, V * C, 4);
+      EXPECT_BITS("embedding_bwd dwpe", gdpe, cdpe, P * C, 4);
+      EXPECT_BITS("embedding_bwd dwte (no wpe)", gdte2, cdte, V * C, 4);
+      free(go), free(go2), free(gdte), free(gdpe), free(gdte2);
+    }
+    free(tok), free(pos), free(wte), free(wpe), free(dout), free(dwte0), free(dwpe0), free(co), free(co2), free(cdte),
+        free(cdpe);
+  }
+  report("embedding_fwd+bwd", 3);
+}
+
+/* ---- exact gradient reduction: quantise + add ------------------------------------ */
+/* Against fm_reduce_add itself (src/train/reduce.c: add_block), with P = 1 and
+ * P = 3 shards (its padded layout), over two micro-batches; one block holds a
+ * value past the limit (overflow) and one a NaN (nonfinite). fm_reduce_add
+ * only reads the communicator's rank and size. */
+FM_TEST(quant_add_vs_reduce_add) {
+  const int64_t n = 5 * FM_CLIP_BLOCK + 777;
+  for (int P = 1; P <= 3; P += 2) {
+    FmComm comm;
+    memset(&comm, 0, sizeof comm);
+    comm.size = P;
+    comm.rank = 0;
+    FmReduce g;
+    FM_REQUIRE(fm_reduce_create(&g, n, 2, true, &comm) == 0);
+    fm_reduce_begin(&g);
+    int64_t *acc[NSCHED];
+    float *amax[NSCHED];
+    int32_t flags[NSCHED][2];
+    for (int s = 0; s < NSCHED; s++) {
+      acc[s] = fm_xcalloc((size_t)(g.P * g.S), sizeof(int64_t));
+      amax[s] = fm_xcalloc((size_t)g.nblocks, sizeof(float));
+      flags[s][0] = flags[s][1] = 0;
+    }
+    float *grad = f32(n);
+    for (int mb = 0; mb < 2; mb++) {
+      for (int64_t i = 0; i < n; i++) grad[i] = (float)(uniform(-1, 1) * pow(2.0, uniform(-30, 0)));
+      for (int64_t i = 0; i < n; i += 4099) grad[i] = (float)(uniform(-0.5, 0.5) * 0x1p-24) + 0x1p-40f; /* ties */
+      if (mb == 1) {
+        grad[2 * FM_CLIP_BLOCK + 5] = 1e5f; /* past 16x headroom of amax_prev = 1: overflow */
+        grad[4 * FM_CLIP_BLOCK + 9] = NAN;
+      }
+      fm_reduce_add(&g, grad);
+      for (int s = 0; s < NSCHED; s++) {
+        schedule(s);
+        for (int r = 0; r < g.P; r++)
+          fm_simt_quant_add(acc[s] + (int64_t)r * g.S, amax[s], flags[s], grad, g.exp2, g.lo[r], g.hi[r],
+                            FM_CLIP_BLOCK, g.limit);
+      }
+    }
+    FM_EXPECT_EQ_INT(g.overflow, 1);
+    FM_EXPECT_EQ_INT(g.nonfinite, 1);
+    int64_t nonzero = 0;
+    for (int64_t i = 0; i < g.P * g.S; i++) nonzero += g.acc[i] != 0;
+    FM_EXPECT(nonzero > n / 2);
+    for (int s = 0; s < NSCHED; s++) {
+      fm_simt_set_schedule((FmSimtOrder)s, seed);
+      EXPECT_BITS("quant_add acc", acc[s], g.acc, g.P * g.S, 8);
+      EXPECT_BITS("quant_add amax", amax[s], g.amax, g.nblocks, 4);
+      FM_EXPECT_EQ_INT(flags[s][0], g.overflow);
+      FM_EXPECT_EQ_INT(flags[s][1], g.nonfinite);
+      free(acc[s]);
+      free(amax[s]);
+    }
+    free(grad);
+    fm_reduce_free(&g);
+  }
+  report("quant_add", 2);
+}
+
+/* Which FmBackend slots have an emulated CUDA kernel: printed for the record
+ * (the closing table), and the count must match the cases above. */
+FM_TEST(emulated_table) {
+  const FmBackend *c = cpu();
+  int have = 0, total = 0;
+#define SLOT(f)                                                                                   \
+  do {                                                                                            \
+    total++;                                                                                      \
+    have += emu.f != NULL;                                                                        \
+    printf("  %-18s cpu %-4s cuda(emulated) %s\n", #f, c->f ? "yes" : "NULL", emu.f ? "yes" : "-"); \
+  } while (0)
+  SLOT(gelu_fwd);
+  SLOT(gelu_bwd);
+  SLOT(swiglu_fwd);
+  SLOT(swiglu_bwd);
+  SLOT(add);
+  SLOT(scale);
+  SLOT(cast_f32_to_bf16);
+  SLOT(cast_bf16_to_f32);
+  SLOT(round_bf16);
+  SLOT(adamw_update);
+  SLOT(matmul_fwd);
+  SLOT(matmul_bwd);
+  SLOT(layernorm_fwd);
+  SLOT(layernorm_bwd);
+  SLOT(rmsnorm_fwd);
+  SLOT(rmsnorm_bwd);
+  SLOT(rope_fwd);
+  SLOT(rope_bwd);
+  SLOT(attention_fwd);
+  SLOT(attention_bwd);
+  SLOT(attention_decode);
+  SLOT(xent_fwd_bwd);
+  SLOT(embedding_fwd);
+  SLOT(embedding_bwd);
+#undef SLOT
+  printf("emu: %d of %d compute ops have an emulated CUDA kernel (+ quant_add for the exact reduction)\n", have, total);
+  FM_EXPECT_EQ_INT(have, 18);
+}

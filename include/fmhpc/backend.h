@@ -70,6 +70,14 @@ int fm_cuda_select_device(int device);
  * default stream, the initial value). Set it before the first op of a step. */
 void fm_cuda_set_stream(void *stream);
 void *fm_cuda_get_stream(void);
+/* The exact gradient reduction's quantisation on the device (the twin of
+ * add_block in src/train/reduce.c; src/tensor/cuda/quant.cu): acc[i - lo] +=
+ * round-to-nearest-even(grad[i] * 2^exp2[i / block]) for i in [lo, hi), lo a
+ * multiple of block; amax[b] = max(amax[b], max |grad| of block b); a block
+ * with NaN/Inf sets flags[1], one past limit sets flags[0], and neither adds.
+ * Device pointers. */
+void fm_cuda_quant_add(int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2, int64_t lo,
+                       int64_t hi, int64_t block, int64_t limit);
 
 /* fm_cuda_<op> for every op ops.def marks `cuda`. */
 #define FM__OP_CUDA_DECL_cuda(name, ret, params) ret fm_cuda_##name params;

@@ -103,25 +103,27 @@ static int64_t count_bit_diffs(const void *a, const void *b, int64_t n, int64_t 
 /* 2^20 + 3: not a multiple of the block size, one full grid pass and a tail. */
 #define N_ELEM (((int64_t)1 << 20) + 3)
 
-/* Slots from alloc to the end of the table that hold NULL (every field after
- * `alloc` is a function pointer): a NULL op would crash a step, not a test. */
-static int null_ops(const FmBackend *b) {
-  const unsigned char *p = (const unsigned char *)&b->alloc, *end = (const unsigned char *)(b + 1);
-  int nulls = 0;
-  for (; p + sizeof(void (*)(void)) <= end; p += sizeof(void (*)(void))) {
-    void (*f)(void);
-    memcpy(&f, p, sizeof f);
-    if (!f) nulls++;
-  }
-  return nulls;
-}
-
 /* ---- table and memory -------------------------------------------------------------- */
 FM_TEST(cuda_backend_table) {
   const FmBackend *g = cuda_or_skip();
   FM_EXPECT_EQ_STR(g->name, "cuda");
   FM_EXPECT(!g->host_accessible);
-  FM_EXPECT_EQ_INT(null_ops(g), 0);
+  /* A slot is NULL exactly where ops.def marks the op nocuda (no kernel yet):
+   * a NULL `cuda` op would crash a step, a kernel left out of the table would
+   * never run. */
+  int ops = 0, kernels = 0;
+#define FM_OP(name, cuda, use, ret, params)                                                                        \
+  do {                                                                                                             \
+    const int want = strcmp(#cuda, "cuda") == 0;                                                                   \
+    ops++;                                                                                                         \
+    kernels += want;                                                                                               \
+    if (want != (g->name != NULL))                                                                                 \
+      FM__FAIL("op %s: ops.def says %s but the CUDA table has %s", #name, #cuda, g->name ? "a function" : "NULL"); \
+  } while (0);
+#include "fmhpc/ops.def"
+#undef FM_OP
+  printf("cuda table: %d of %d ops have a CUDA kernel\n", kernels, ops);
+  FM_EXPECT(kernels > 0);
   int st = 1;
   FM_EXPECT(fm_backend_get("auto", &st) == g);
   FM_EXPECT_EQ_INT(st, 0);
@@ -426,4 +428,197 @@ FM_TEST(ops_on_user_stream) {
 #else
   (void)g;
 #endif
+}
+
+/* ---- model ops with kernels: bitwise where the kernel keeps the CPU order ---- */
+/* A weight gradient from fixed-grid partials vs the CPU's running sum: one
+ * float rounding of the same double sum apart (norm.cu's header). */
+static int64_t weight_grad_bad(const float *gpu, const float *cpu_v, const double *scale, int64_t C, const char *what) {
+  int64_t bad = 0;
+  for (int64_t c = 0; c < C; c++)
+    if (!close_to(gpu[c], cpu_v[c], 0x1p-23 * fabs((double)cpu_v[c]) + 0x1p-45 * scale[c]))
+      REPORT_FIRST(bad, "%s col %lld: cuda %.9g cpu %.9g", what, (long long)c, gpu[c], cpu_v[c]);
+  return bad;
+}
+
+/* LayerNorm and RMSNorm at GPT-2/Llama widths: out, mean, rstd and dinp are
+ * the CPU's bits (same order, explicitly rounded); dw/db within one rounding;
+ * a second backward gives the first one's bits (no atomics). */
+FM_TEST(norms_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t shapes[][2] = {{4099, 768}, {1027, 2048}, {33, 13}};
+  for (int k = 0; k < 3; k++) {
+    const int64_t N = shapes[k][0], C = shapes[k][1], NC = N * C;
+    float *x = host_f32(NC), *w = host_f32(C), *b = host_f32(C), *dout = host_f32(NC);
+    fill_uniform(x, NC, -4.0, 4.0);
+    fill_uniform(w, C, 0.0, 2.0);
+    fill_uniform(b, C, -1.0, 1.0);
+    fill_uniform(dout, NC, -1.0, 1.0);
+    float *co = host_f32(NC), *cm = host_f32(N), *cr = host_f32(N), *cdi = host_f32(NC), *cdw = host_f32(C),
+          *cdb = host_f32(C);
+    memset(cdi, 0, (size_t)NC * 4);
+    memset(cdw, 0, (size_t)C * 4);
+    memset(cdb, 0, (size_t)C * 4);
+    double *sw = calloc((size_t)C, sizeof(double)), *sb = calloc((size_t)C, sizeof(double));
+    float *dx = to_device(g, x, NC * 4), *dw_ = to_device(g, w, C * 4), *db_ = to_device(g, b, C * 4),
+          *ddo = to_device(g, dout, NC * 4);
+    float *go = g->alloc(NC * 4), *gm = g->alloc(N * 4), *gr = g->alloc(N * 4), *gdi = g->alloc(NC * 4),
+          *gdw = g->alloc(C * 4), *gdb = g->alloc(C * 4);
+    for (int rms = 0; rms < 2; rms++) {
+      memset(cdi, 0, (size_t)NC * 4);
+      memset(cdw, 0, (size_t)C * 4);
+      memset(cdb, 0, (size_t)C * 4);
+      g->memset(gdi, 0, NC * 4);
+      g->memset(gdw, 0, C * 4);
+      g->memset(gdb, 0, C * 4);
+      if (rms) {
+        fm_cpu_rmsnorm_fwd(co, cr, x, w, N, C, 1e-6f);
+        fm_cpu_rmsnorm_bwd(cdi, cdw, dout, x, w, cr, N, C);
+        g->rmsnorm_fwd(go, gr, dx, dw_, N, C, 1e-6f);
+        g->rmsnorm_bwd(gdi, gdw, ddo, dx, dw_, gr, N, C);
+      } else {
+        fm_cpu_layernorm_fwd(co, cm, cr, x, w, b, N, C, 1e-5f);
+        fm_cpu_layernorm_bwd(cdi, cdw, cdb, dout, x, w, cm, cr, N, C);
+        g->layernorm_fwd(go, gm, gr, dx, dw_, db_, N, C, 1e-5f);
+        g->layernorm_bwd(gdi, gdw, gdb, ddo, dx, dw_, gm, gr, N, C);
+      }
+      for (int64_t c = 0; c < C; c++) {
+        sw[c] = sb[c] = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+          const double xh = rms ? (double)x[n * C + c] * cr[n] : ((double)x[n * C + c] - cm[n]) * cr[n];
+          sw[c] += fabs(dout[n * C + c] * xh);
+          sb[c] += fabs((double)dout[n * C + c]);
+        }
+      }
+      float *ho = from_device(g, go, NC * 4), *hr = from_device(g, gr, N * 4), *hdi = from_device(g, gdi, NC * 4),
+            *hdw = from_device(g, gdw, C * 4), *hdb = from_device(g, gdb, C * 4), *hm = from_device(g, gm, N * 4);
+      const char *op = rms ? "rmsnorm" : "layernorm";
+      if (count_bit_diffs(ho, co, NC, 4))
+        FM__FAIL("%s_fwd out N=%lld C=%lld: not the CPU's bits", op, (long long)N, (long long)C);
+      if (count_bit_diffs(hr, cr, N, 4)) FM__FAIL("%s_fwd rstd: not the CPU's bits", op);
+      if (!rms && count_bit_diffs(hm, cm, N, 4)) FM__FAIL("layernorm_fwd mean: not the CPU's bits");
+      if (count_bit_diffs(hdi, cdi, NC, 4))
+        FM__FAIL("%s_bwd dinp N=%lld C=%lld: not the CPU's bits", op, (long long)N, (long long)C);
+      FM_EXPECT_EQ_INT(weight_grad_bad(hdw, cdw, sw, C, "dw"), 0);
+      if (!rms) FM_EXPECT_EQ_INT(weight_grad_bad(hdb, cdb, sb, C, "db"), 0);
+      /* again: the same bits */
+      g->memset(gdw, 0, C * 4);
+      g->memset(gdb, 0, C * 4);
+      if (rms)
+        g->rmsnorm_bwd(NULL, gdw, ddo, dx, dw_, gr, N, C);
+      else
+        g->layernorm_bwd(NULL, gdw, gdb, ddo, dx, dw_, gm, gr, N, C);
+      float *hdw2 = from_device(g, gdw, C * 4);
+      FM_EXPECT_EQ_INT(count_bit_diffs(hdw2, hdw, C, 4), 0);
+      free(ho), free(hr), free(hdi), free(hdw), free(hdb), free(hm), free(hdw2);
+    }
+    g->free(dx), g->free(dw_), g->free(db_), g->free(ddo), g->free(go), g->free(gm), g->free(gr), g->free(gdi),
+        g->free(gdw), g->free(gdb);
+    free(x), free(w), free(b), free(dout), free(co), free(cm), free(cr), free(cdi), free(cdw), free(cdb), free(sw),
+        free(sb);
+  }
+}
+
+/* RoPE on q-like rows inside a fused-qkv-wide row: positions in the host
+ * table are the CPU's bits; positions past it (>= 8192) use the device's
+ * double cos/sin: within 4 eps of the pair's magnitude. */
+FM_TEST(rope_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t N = 4096 + 17, H = 8, HS = 128, ld = 3 * H * HS;
+  int32_t *pos = fm_xmalloc((size_t)N * sizeof *pos);
+  for (int64_t n = 0; n < N; n++) pos[n] = (int32_t)(n < 4096 ? n % 2048 : 8192 + 1000 * (n - 4096));
+  float *x = host_f32(N * ld), *cf = host_f32(N * ld), *cb = host_f32(N * ld);
+  fill_uniform(x, N * ld, -2.0, 2.0);
+  memcpy(cf, x, (size_t)(N * ld) * 4);
+  memcpy(cb, x, (size_t)(N * ld) * 4);
+  fm_cpu_rope_fwd(cf, pos, N, ld, H, HS, 500000.0f);
+  fm_cpu_rope_bwd(cb, pos, N, ld, H, HS, 500000.0f);
+  int32_t *dpos = to_device(g, pos, N * 4);
+  float *df = to_device(g, x, N * ld * 4), *db_ = to_device(g, x, N * ld * 4);
+  g->rope_fwd(df, dpos, N, ld, H, HS, 500000.0f);
+  g->rope_bwd(db_, dpos, N, ld, H, HS, 500000.0f);
+  float *hf = from_device(g, df, N * ld * 4), *hb = from_device(g, db_, N * ld * 4);
+  int64_t bad = 0;
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t j = 0; j < ld; j++) {
+      const int64_t i = n * ld + j;
+      const double tol = pos[n] < 8192 ? 0.0 : 4.0 * EPS * 4.0;
+      if (!close_to(hf[i], cf[i], tol) || !close_to(hb[i], cb[i], tol))
+        REPORT_FIRST(bad, "rope row %lld (pos %d) col %lld: cuda %.9g/%.9g cpu %.9g/%.9g", (long long)n, pos[n],
+                     (long long)j, hf[i], hb[i], cf[i], cb[i]);
+    }
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(dpos), g->free(df), g->free(db_);
+  free(pos), free(x), free(cf), free(cb), free(hf), free(hb);
+}
+
+/* Embedding at GPT-2's vocabulary with heavily repeated tokens: forward and
+ * the atomic-free backward are the CPU's bits. */
+FM_TEST(embedding_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t N = 8192, C = 768, V = 50257, P = 1024;
+  int32_t *tok = fm_xmalloc((size_t)N * 4), *pos = fm_xmalloc((size_t)N * 4);
+  for (int64_t n = 0; n < N; n++) {
+    const double u = rng_uniform(0, 1);
+    tok[n] = (int32_t)(u < 0.5 ? (int64_t)(u * 40) : (int64_t)rng_uniform(0, (double)V)); /* Zipf-ish head */
+    pos[n] = (int32_t)(n % P);
+  }
+  float *wte = host_f32(V * C), *wpe = host_f32(P * C), *dout = host_f32(N * C), *co = host_f32(N * C);
+  float *cdte = host_f32(V * C), *cdpe = host_f32(P * C);
+  fill_uniform(wte, V * C, -1, 1);
+  fill_uniform(wpe, P * C, -1, 1);
+  fill_uniform(dout, N * C, -1, 1);
+  fill_uniform(cdte, V * C, -1, 1);
+  fill_uniform(cdpe, P * C, -1, 1);
+  float *gdte = to_device(g, cdte, V * C * 4), *gdpe = to_device(g, cdpe, P * C * 4);
+  fm_cpu_embedding_fwd(co, tok, wte, pos, wpe, N, C);
+  fm_cpu_embedding_bwd(cdte, cdpe, dout, tok, pos, N, C, V);
+  int32_t *dtok = to_device(g, tok, N * 4), *dpos = to_device(g, pos, N * 4);
+  float *dwte = to_device(g, wte, V * C * 4), *dwpe = to_device(g, wpe, P * C * 4),
+        *ddo = to_device(g, dout, N * C * 4);
+  float *go = g->alloc(N * C * 4);
+  g->embedding_fwd(go, dtok, dwte, dpos, dwpe, N, C);
+  g->embedding_bwd(gdte, gdpe, ddo, dtok, dpos, N, C, V);
+  float *ho = from_device(g, go, N * C * 4), *hdte = from_device(g, gdte, V * C * 4),
+        *hdpe = from_device(g, gdpe, P * C * 4);
+  FM_EXPECT_EQ_INT(count_bit_diffs(ho, co, N * C, 4), 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(hdte, cdte, V * C, 4), 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(hdpe, cdpe, P * C, 4), 0);
+  g->free(gdte), g->free(gdpe), g->free(dtok), g->free(dpos), g->free(dwte), g->free(dwpe), g->free(ddo), g->free(go);
+  free(tok), free(pos), free(wte), free(wpe), free(dout), free(co), free(cdte), free(cdpe), free(ho), free(hdte),
+      free(hdpe);
+}
+
+/* Lion and Sophia: ten steps, the CPU's bits (AdamW: adamw_bitwise_steps). */
+FM_TEST(lion_sophia_bitwise_steps) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = N_ELEM, nb = n * 4;
+  for (int opt = 0; opt < 2; opt++) {
+    float *w = host_f32(n), *m = host_f32(n), *h = host_f32(n), *grad = host_f32(n);
+    fill_uniform(w, n, -1.0, 1.0);
+    memset(m, 0, (size_t)nb);
+    fill_uniform(h, n, 0.0, 1e-3);
+    float *d_w = to_device(g, w, nb), *d_m = to_device(g, m, nb), *d_h = to_device(g, h, nb), *d_g = g->alloc(nb);
+    for (int t = 1; t <= 10; t++) {
+      for (int64_t i = 0; i < n; i++)
+        grad[i] = i % 101 == 0 ? 0.0f : (float)(rng_uniform(-1, 1) * pow(10.0, rng_uniform(-7, 1)));
+      g->copy_to_device(d_g, grad, nb);
+      if (opt == 0) {
+        g->lion_update(d_w, d_m, d_g, n, 1e-4f, 0.9f, 0.1f, 0.99f, 0.01f, 0.1f);
+        fm_cpu_lion_update(w, m, grad, n, 1e-4f, 0.9f, 0.1f, 0.99f, 0.01f, 0.1f);
+      } else {
+        const float bc1 = (float)(1.0 - pow(0.965, t));
+        g->sophia_hessian_update(d_h, d_g, n, 480.0f, 0.99f, 0.01f);
+        g->sophia_update(d_w, d_m, d_h, d_g, n, 2e-4f, 0.965f, 0.035f, bc1, 0.01f, 1e-12f, 0.1f);
+        fm_cpu_sophia_hessian_update(h, grad, n, 480.0f, 0.99f, 0.01f);
+        fm_cpu_sophia_update(w, m, h, grad, n, 2e-4f, 0.965f, 0.035f, bc1, 0.01f, 1e-12f, 0.1f);
+      }
+    }
+    float *gw = from_device(g, d_w, nb), *gm = from_device(g, d_m, nb), *gh = from_device(g, d_h, nb);
+    FM_EXPECT_EQ_INT(count_bit_diffs(gw, w, n, 4), 0);
+    FM_EXPECT_EQ_INT(count_bit_diffs(gm, m, n, 4), 0);
+    FM_EXPECT_EQ_INT(count_bit_diffs(gh, h, n, 4), 0);
+    g->free(d_w), g->free(d_m), g->free(d_h), g->free(d_g);
+    free(w), free(m), free(h), free(grad), free(gw), free(gm), free(gh);
+  }
 }

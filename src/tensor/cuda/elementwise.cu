@@ -3,7 +3,7 @@
  * fm_cuda_<op> with the CPU op's parameters. Kernels run on the backend's
  * stream; each launch is checked. The bodies use explicitly rounded
  * intrinsics (__fadd_rn, __fmul_rn, ...), so add, scale, the bf16 casts and
- * AdamW give the CPU's bits; GELU and SwiGLU differ only through expf (see
+ * the optimizer updates (AdamW, Lion, Sophia) give the CPU's bits; GELU and SwiGLU differ only through expf (see
  * tests/kernels/test_cuda_ops.c for the tolerance). No atomics: every thread
  * writes only its own elements. */
 #include "cuda_common.cuh"
@@ -49,12 +49,25 @@ static __global__ void fm__adamw_kernel(float *w, float *m, float *v, const floa
   FM__CUDA_FOR_EACH(i, n) fm_adamw(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
 }
 
+static __global__ void fm__lion_kernel(float *w, float *m, const float *g, int64_t n, float lr, float b1, float omb1,
+                                       float b2, float omb2, float wd) {
+  FM__CUDA_FOR_EACH(i, n) fm_lion(&w[i], &m[i], g[i], lr, b1, omb1, b2, omb2, wd);
+}
+static __global__ void fm__sophia_kernel(float *w, float *m, const float *h, const float *g, int64_t n, float lr,
+                                         float b1, float omb1, float bc1, float gamma, float eps, float wd) {
+  FM__CUDA_FOR_EACH(i, n) fm_sophia(&w[i], &m[i], h[i], g[i], lr, b1, omb1, bc1, gamma, eps, wd);
+}
+static __global__ void fm__sophia_hessian_kernel(float *h, const float *ghat, int64_t n, float B, float b2,
+                                                 float omb2) {
+  FM__CUDA_FOR_EACH(i, n) fm_sophia_hessian(&h[i], ghat[i], B, b2, omb2);
+}
+
 /* ---- host wrappers --------------------------------------------------------- */
 /* n <= 0 launches nothing (a zero-block grid is a launch error). */
-#define FM__LAUNCH(kernel, n, ...)                                           \
-  do {                                                                       \
-    if ((n) <= 0) return;                                                    \
-    FM_LAUNCH(kernel, fm__cuda_grid(n), FM__CUDA_BLOCK, 0, __VA_ARGS__);     \
+#define FM__LAUNCH(kernel, n, ...)                                       \
+  do {                                                                   \
+    if ((n) <= 0) return;                                                \
+    FM_LAUNCH(kernel, fm__cuda_grid(n), FM__CUDA_BLOCK, 0, __VA_ARGS__); \
   } while (0)
 
 extern "C" void FM_CUDA_OP(gelu_fwd)(float *out, const float *x, int64_t n) {
@@ -67,7 +80,7 @@ extern "C" void FM_CUDA_OP(swiglu_fwd)(float *out, const float *gate, const floa
   FM__LAUNCH(fm__swiglu_fwd_kernel, n, out, gate, up, n);
 }
 extern "C" void FM_CUDA_OP(swiglu_bwd)(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
-                                   int64_t n) {
+                                       int64_t n) {
   FM__LAUNCH(fm__swiglu_bwd_kernel, n, dgate, dup, dout, gate, up, n);
 }
 extern "C" void FM_CUDA_OP(add)(float *out, const float *a, const float *b, int64_t n) {
@@ -82,6 +95,18 @@ extern "C" void FM_CUDA_OP(cast_bf16_to_f32)(float *out, const uint16_t *x, int6
 }
 extern "C" void FM_CUDA_OP(round_bf16)(float *x, int64_t n) { FM__LAUNCH(fm__round_bf16_kernel, n, x, n); }
 extern "C" void FM_CUDA_OP(adamw_update)(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
-                                     float beta2, float eps, float weight_decay, float bc1, float bc2) {
+                                         float beta2, float eps, float weight_decay, float bc1, float bc2) {
   FM__LAUNCH(fm__adamw_kernel, n, w, m, v, g, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2);
+}
+extern "C" void FM_CUDA_OP(lion_update)(float *w, float *m, const float *g, int64_t n, float lr, float b1, float omb1,
+                                        float b2, float omb2, float wd) {
+  FM__LAUNCH(fm__lion_kernel, n, w, m, g, n, lr, b1, omb1, b2, omb2, wd);
+}
+extern "C" void FM_CUDA_OP(sophia_update)(float *w, float *m, const float *h, const float *g, int64_t n, float lr,
+                                          float b1, float omb1, float bc1, float gamma, float eps, float wd) {
+  FM__LAUNCH(fm__sophia_kernel, n, w, m, h, g, n, lr, b1, omb1, bc1, gamma, eps, wd);
+}
+extern "C" void FM_CUDA_OP(sophia_hessian_update)(float *h, const float *ghat, int64_t n, float B, float b2,
+                                                  float omb2) {
+  FM__LAUNCH(fm__sophia_hessian_kernel, n, h, ghat, n, B, b2, omb2);
 }

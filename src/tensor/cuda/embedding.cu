@@ -17,8 +17,8 @@
 
 #define FM__EMB_WARPS 4
 
-static __global__ void fm__embedding_fwd_kernel(float *out, const int32_t *tokens, const float *wte,
-                                                const int32_t *pos, const float *wpe, int64_t N, int64_t C) {
+static __global__ void fm__embedding_fwd_kernel(float *out, const int32_t *tokens, const float *wte, const int32_t *pos,
+                                                const float *wpe, int64_t N, int64_t C) {
   const int64_t n = (int64_t)blockIdx.x * FM__EMB_WARPS + (threadIdx.x >> 5);
   if (n >= N) return;
   const float *te = wte + (int64_t)tokens[n] * C;

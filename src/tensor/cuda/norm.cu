@@ -19,13 +19,14 @@
 
 #include "../elementwise.h"
 
-#define FM__NORM_LANES  8  /* the CPU op's lane count */
-#define FM__NORM_WARPS  4  /* rows (warps) per block */
-#define FM__NW_COLS     32 /* weight-gradient columns per block */
-#define FM__NW_GROUPS   16 /* row groups per block: 512 threads */
+#define FM__NORM_LANES 8  /* the CPU op's lane count */
+#define FM__NORM_WARPS 4  /* rows (warps) per block */
+#define FM__NW_COLS    32 /* weight-gradient columns per block */
+#define FM__NW_GROUPS  16 /* row groups per block: 512 threads */
 
 /* The CPU's FM_LANE_SUM of term(i) over a row of C, on every lane of the warp. */
-template <class Term> static __device__ double fm__lane_sum(int64_t C, Term term) {
+template <class Term>
+static __device__ double fm__lane_sum(int64_t C, Term term) {
   const int lane = threadIdx.x & 31;
   const int64_t cmain = C / FM__NORM_LANES * FM__NORM_LANES;
   double acc = 0.0;
@@ -60,8 +61,7 @@ static __global__ void fm__layernorm_fwd_kernel(float *out, float *mean, float *
   });
   const float m = (float)mu, r = fm__rstd(v, C, eps);
   float *o = out + n * C;
-  for (int64_t c = threadIdx.x & 31; c < C; c += 32)
-    o[c] = fm_addf(fm_mulf(fm_mulf(fm_subf(x[c], m), r), w[c]), b[c]);
+  for (int64_t c = threadIdx.x & 31; c < C; c += 32) o[c] = fm_addf(fm_mulf(fm_mulf(fm_subf(x[c], m), r), w[c]), b[c]);
   if ((threadIdx.x & 31) == 0) {
     mean[n] = m;
     rstd[n] = r;
@@ -104,8 +104,7 @@ static __global__ void fm__rmsnorm_bwd_dinp_kernel(float *dinp, const float *dou
   if (n >= N) return;
   const float *x = inp + n * C, *d = dout + n * C;
   const float r = rstd[n];
-  const double sdx =
-      fm__lane_sum(C, [=](int64_t i) { return (double)fm_mulf(fm_mulf(d[i], w[i]), fm_mulf(x[i], r)); });
+  const double sdx = fm__lane_sum(C, [=](int64_t i) { return (double)fm_mulf(fm_mulf(d[i], w[i]), fm_mulf(x[i], r)); });
   const float mdx = (float)fm__ddiv(sdx, (double)C);
   float *di = dinp + n * C;
   for (int64_t c = threadIdx.x & 31; c < C; c += 32)
@@ -147,8 +146,7 @@ static unsigned fm__row_blocks(int64_t N) { return (unsigned)((N + FM__NORM_WARP
 static void fm__norm_dweights(float *dw, float *db, const float *dout, const float *inp, const float *mean,
                               const float *rstd, int64_t N, int64_t C) {
   const unsigned blocks = (unsigned)((C + FM__NW_COLS - 1) / FM__NW_COLS);
-  FM_LAUNCH(fm__norm_dweights_kernel, blocks, dim3(FM__NW_COLS, FM__NW_GROUPS), 0, dw, db, dout, inp, mean, rstd, N,
-            C);
+  FM_LAUNCH(fm__norm_dweights_kernel, blocks, dim3(FM__NW_COLS, FM__NW_GROUPS), 0, dw, db, dout, inp, mean, rstd, N, C);
 }
 
 extern "C" void FM_CUDA_OP(layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w,

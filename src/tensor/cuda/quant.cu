@@ -64,8 +64,8 @@ static __global__ void fm__quant_add_kernel(int64_t *acc, float *amax, int32_t *
  * block, flags[0] |= overflow (a block past limit: not added), flags[1] |=
  * NaN/Inf (that block not added). fm_reduce_add does this for each rank's
  * shard r with acc + r*S. Device pointers; no host sync. */
-extern "C" void FM_CUDA_OP(quant_add)(int64_t *acc, float *amax, int32_t *flags, const float *grad,
-                                      const int32_t *exp2, int64_t lo, int64_t hi, int64_t block, int64_t limit) {
+extern "C" void FM_CUDA_OP(quant_add)(int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2,
+                                      int64_t lo, int64_t hi, int64_t block, int64_t limit) {
   if (block <= 0 || lo % block != 0)
     fm_abort_one(1, "quant_add: range start %lld is not a multiple of the block size %lld", (long long)lo,
                  (long long)block);

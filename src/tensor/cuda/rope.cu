@@ -20,8 +20,8 @@
 #define FM__ROPE_P 8192 /* positions in the table */
 
 static struct {
-  float *cs;     /* (2, FM__ROPE_P, half): cos, then sin */
-  double *invf;  /* (half) */
+  float *cs;    /* (2, FM__ROPE_P, half): cos, then sin */
+  double *invf; /* (half) */
   int64_t half;
   float theta;
 } fm__rope_tab;
@@ -72,13 +72,13 @@ static __global__ void fm__rope_kernel(float *x, const int32_t *pos, const float
 }
 
 static void fm__rope_apply(float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta,
-                     float dir) {
+                           float dir) {
   if (HS % 2 != 0) fm_abort_one(1, "rope: head size %lld is odd", (long long)HS);
   const int64_t half = HS / 2;
   if (N <= 0 || H <= 0 || half <= 0) return;
   fm__rope_prepare(half, theta);
-  FM_LAUNCH(fm__rope_kernel, fm__cuda_grid(N * half), FM__CUDA_BLOCK, 0, x, pos, fm__rope_tab.cs, fm__rope_tab.invf, N, ld, H,
-            half, dir);
+  FM_LAUNCH(fm__rope_kernel, fm__cuda_grid(N * half), FM__CUDA_BLOCK, 0, x, pos, fm__rope_tab.cs, fm__rope_tab.invf, N,
+            ld, H, half, dir);
 }
 
 extern "C" void FM_CUDA_OP(rope_fwd)(float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS,

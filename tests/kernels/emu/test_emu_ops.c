@@ -31,59 +31,26 @@
 #include "fmhpc/reduce.h"
 #include "fmhpc/tensor.h"
 
-/* ---- the emulated ops (the .cu files of src/tensor/cuda/ built with FM_SIMT) -- */
-#define FM_SIMT_DECL(ret, name, ...) ret fm_simt_##name(__VA_ARGS__);
-FM_SIMT_DECL(void, gelu_fwd, float *out, const float *x, int64_t n)
-FM_SIMT_DECL(void, gelu_bwd, float *dx, const float *dout, const float *x, int64_t n)
-FM_SIMT_DECL(void, swiglu_fwd, float *out, const float *gate, const float *up, int64_t n)
-FM_SIMT_DECL(void, swiglu_bwd, float *dgate, float *dup, const float *dout, const float *gate, const float *up,
-             int64_t n)
-FM_SIMT_DECL(void, add, float *out, const float *a, const float *b, int64_t n)
-FM_SIMT_DECL(void, scale, float *x, float s, int64_t n)
-FM_SIMT_DECL(void, cast_f32_to_bf16, uint16_t *out, const float *x, int64_t n)
-FM_SIMT_DECL(void, cast_bf16_to_f32, float *out, const uint16_t *x, int64_t n)
-FM_SIMT_DECL(void, round_bf16, float *x, int64_t n)
-FM_SIMT_DECL(void, adamw_update, float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
-             float beta2, float eps, float weight_decay, float bc1, float bc2)
-FM_SIMT_DECL(void, layernorm_fwd, float *out, float *mean, float *rstd, const float *inp, const float *w,
-             const float *b, int64_t N, int64_t C, float eps)
-FM_SIMT_DECL(void, layernorm_bwd, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-             const float *w, const float *mean, const float *rstd, int64_t N, int64_t C)
-FM_SIMT_DECL(void, rmsnorm_fwd, float *out, float *rstd, const float *inp, const float *w, int64_t N, int64_t C,
-             float eps)
-FM_SIMT_DECL(void, rmsnorm_bwd, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
-             const float *rstd, int64_t N, int64_t C)
-FM_SIMT_DECL(void, rope_fwd, float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float theta)
-FM_SIMT_DECL(void, rope_bwd, float *dx, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS,
-             float theta)
-FM_SIMT_DECL(void, embedding_fwd, float *out, const int32_t *tokens, const float *wte, const int32_t *pos,
-             const float *wpe, int64_t N, int64_t C)
-FM_SIMT_DECL(void, embedding_bwd, float *dwte, float *dwpe, const float *dout, const int32_t *tokens,
-             const int32_t *pos, int64_t N, int64_t C, int64_t V)
-FM_SIMT_DECL(void, quant_add, int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2,
-             int64_t lo, int64_t hi, int64_t block, int64_t limit)
+/* ---- the emulated ops: fm_simt_<op> for every op ops.def marks `cuda` ---------- */
+#define FM__SIMT_DECL_cuda(name, ret, params) ret fm_simt_##name params;
+#define FM__SIMT_DECL_nocuda(name, ret, params)
+#define FM_OP(name, cuda, use, ret, params) FM__SIMT_DECL_##cuda(name, ret, params)
+#include "fmhpc/ops.def"
+#undef FM_OP
+void fm_simt_quant_add(int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2, int64_t lo,
+                       int64_t hi, int64_t block, int64_t limit);
 
-/* The emulated CUDA table: each op in its FmBackend slot (signature check). */
+/* The emulated CUDA table, generated from ops.def as backend.c generates the
+ * real one: each fm_simt_* op in its FmBackend slot (a signature that differs
+ * from the CPU op's does not compile under -Werror), NULL where ops.def says
+ * nocuda. */
+#define FM__SIMT_SLOT_cuda(name)   .name = fm_simt_##name,
+#define FM__SIMT_SLOT_nocuda(name) .name = NULL,
 static const FmBackend emu = {
     .name = "cuda (emulated)",
-    .gelu_fwd = fm_simt_gelu_fwd,
-    .gelu_bwd = fm_simt_gelu_bwd,
-    .swiglu_fwd = fm_simt_swiglu_fwd,
-    .swiglu_bwd = fm_simt_swiglu_bwd,
-    .add = fm_simt_add,
-    .scale = fm_simt_scale,
-    .cast_f32_to_bf16 = fm_simt_cast_f32_to_bf16,
-    .cast_bf16_to_f32 = fm_simt_cast_bf16_to_f32,
-    .round_bf16 = fm_simt_round_bf16,
-    .adamw_update = fm_simt_adamw_update,
-    .layernorm_fwd = fm_simt_layernorm_fwd,
-    .layernorm_bwd = fm_simt_layernorm_bwd,
-    .rmsnorm_fwd = fm_simt_rmsnorm_fwd,
-    .rmsnorm_bwd = fm_simt_rmsnorm_bwd,
-    .rope_fwd = fm_simt_rope_fwd,
-    .rope_bwd = fm_simt_rope_bwd,
-    .embedding_fwd = fm_simt_embedding_fwd,
-    .embedding_bwd = fm_simt_embedding_bwd,
+#define FM_OP(name, cuda, use, ret, params) FM__SIMT_SLOT_##cuda(name)
+#include "fmhpc/ops.def"
+#undef FM_OP
 };
 static const FmBackend *cpu(void) { return fm_backend_cpu(); }
 
@@ -123,21 +90,23 @@ static int64_t bit_diffs(const void *a, const void *b, int64_t n, int64_t elem) 
   return bad;
 }
 /* `what` from schedule s against the reference (the CPU op, or schedule 0). */
-#define EXPECT_BITS(what, got, ref, n, elem)                                                                       \
-  do {                                                                                                             \
-    int64_t fm__d = bit_diffs((got), (ref), (n), (elem));                                                         \
-    if (fm__d) FM__FAIL("%s under %s: %lld of %lld elements differ in bits", (what), fm_simt_schedule_name(),      \
-                        (long long)fm__d, (long long)(n));                                                         \
+#define EXPECT_BITS(what, got, ref, n, elem)                                                                           \
+  do {                                                                                                                 \
+    int64_t fm__d = bit_diffs((got), (ref), (n), (elem));                                                              \
+    if (fm__d)                                                                                                         \
+      FM__FAIL("%s under %s: %lld of %lld elements differ in bits", (what), fm_simt_schedule_name(), (long long)fm__d, \
+               (long long)(n));                                                                                        \
   } while (0)
 static void schedule(int s) { fm_simt_set_schedule((FmSimtOrder)s, seed); }
 /* What ran in this case (the emulator counts launches). */
 static void report(const char *op, int shapes) {
   FmSimtStats st;
   fm_simt_stats(&st);
-  printf("emu: %s: %d shape(s) x %d schedules (forward, reverse, random(%llu)): %llu kernel launches, %llu blocks, "
-         "%llu threads, compared\n",
-         op, shapes, NSCHED, (unsigned long long)seed, (unsigned long long)st.launches, (unsigned long long)st.blocks,
-         (unsigned long long)st.threads);
+  printf(
+      "emu: %s: %d shape(s) x %d schedules (forward, reverse, random(%llu)): %llu kernel launches, %llu blocks, "
+      "%llu threads, compared\n",
+      op, shapes, NSCHED, (unsigned long long)seed, (unsigned long long)st.launches, (unsigned long long)st.blocks,
+      (unsigned long long)st.threads);
   FM_EXPECT(st.launches > 0);
 }
 
@@ -189,34 +158,49 @@ FM_TEST(elementwise_bitwise) {
   free(x), free(y), free(d), free(c1), free(c2), free(g1), free(g2), free(ch), free(gh);
 }
 
-FM_TEST(adamw_bitwise_steps) {
+/* Five steps of each update with the same gradients: the state stays the
+ * CPU's bits (a difference would compound). */
+FM_TEST(optimizer_updates_bitwise) {
   const int64_t n = 1000;
-  float *w0 = f32_uniform(n, -1.0, 1.0);
+  float *w0 = f32_uniform(n, -1.0, 1.0), *h0 = f32_uniform(n, 0.0, 1e-3);
   float *w[NSCHED + 1], *m[NSCHED + 1], *v[NSCHED + 1];
-  for (int k = 0; k <= NSCHED; k++) {
-    w[k] = f32_copy(w0, n);
-    m[k] = f32(n);
-    v[k] = f32(n);
-  }
-  float *g = f32(n);
-  for (int t = 1; t <= 5; t++) {
-    for (int64_t i = 0; i < n; i++) g[i] = i % 97 == 0 ? 0.0f : (float)(uniform(-1, 1) * pow(10.0, uniform(-7, 1)));
-    const float bc1 = (float)(1.0 - pow(0.9, t)), bc2 = (float)(1.0 - pow(0.95, t));
-    cpu()->adamw_update(w[NSCHED], m[NSCHED], v[NSCHED], g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2);
-    for (int s = 0; s < NSCHED; s++) {
-      schedule(s);
-      emu.adamw_update(w[s], m[s], v[s], g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2);
+  const char *what[3] = {"adamw", "lion", "sophia"};
+  for (int opt = 0; opt < 3; opt++) {
+    for (int k = 0; k <= NSCHED; k++) {
+      w[k] = f32_copy(w0, n);
+      m[k] = f32(n);
+      v[k] = opt == 2 ? f32_copy(h0, n) : f32(n); /* Sophia: v is the Hessian estimate h */
     }
+    float *g = f32(n);
+    for (int t = 1; t <= 5; t++) {
+      for (int64_t i = 0; i < n; i++) g[i] = i % 97 == 0 ? 0.0f : (float)(uniform(-1, 1) * pow(10.0, uniform(-7, 1)));
+      const float bc1 = (float)(1.0 - pow(0.9, t)), bc2 = (float)(1.0 - pow(0.95, t));
+      for (int k = 0; k <= NSCHED; k++) {
+        const FmBackend *be = k == NSCHED ? cpu() : &emu;
+        if (k < NSCHED) schedule(k);
+        if (opt == 0) be->adamw_update(w[k], m[k], v[k], g, n, 6e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, bc1, bc2);
+        if (opt == 1) be->lion_update(w[k], m[k], g, n, 1e-4f, 0.9f, 0.1f, 0.99f, 0.01f, 0.1f);
+        if (opt == 2) {
+          be->sophia_hessian_update(v[k], g, n, 480.0f, 0.99f, 0.01f);
+          be->sophia_update(w[k], m[k], v[k], g, n, 2e-4f, 0.965f, 0.035f, bc1, 0.01f, 1e-12f, 0.1f);
+        }
+      }
+    }
+    for (int s = 0; s < NSCHED; s++) {
+      fm_simt_set_schedule((FmSimtOrder)s, seed);
+      char name[64];
+      snprintf(name, sizeof name, "%s w", what[opt]);
+      EXPECT_BITS(name, w[s], w[NSCHED], n, 4);
+      snprintf(name, sizeof name, "%s m", what[opt]);
+      EXPECT_BITS(name, m[s], m[NSCHED], n, 4);
+      snprintf(name, sizeof name, "%s v/h", what[opt]);
+      EXPECT_BITS(name, v[s], v[NSCHED], n, 4);
+    }
+    for (int k = 0; k <= NSCHED; k++) free(w[k]), free(m[k]), free(v[k]);
+    free(g);
   }
-  for (int s = 0; s < NSCHED; s++) {
-    fm_simt_set_schedule((FmSimtOrder)s, seed);
-    EXPECT_BITS("adamw w", w[s], w[NSCHED], n, 4);
-    EXPECT_BITS("adamw m", m[s], m[NSCHED], n, 4);
-    EXPECT_BITS("adamw v", v[s], v[NSCHED], n, 4);
-  }
-  report("adamw_update (5 steps)", 1);
-  for (int k = 0; k <= NSCHED; k++) free(w[k]), free(m[k]), free(v[k]);
-  free(w0), free(g);
+  report("adamw, lion, sophia (+ hessian) updates, 5 steps each", 1);
+  free(w0), free(h0);
 }
 
 /* ---- norms ------------------------------------------------------------------- */
@@ -238,8 +222,9 @@ static void expect_weight_grad(const char *what, const float *got, const float *
                  (long long)c, got[c], cpu_v[c], N <= 16 ? 0.0 : tol);
     }
   }
-  if (diff) printf("  %s N=%lld C=%lld: %lld of %lld within tolerance, not bitwise\n", what, (long long)N, (long long)C,
-                   (long long)diff, (long long)C);
+  if (diff)
+    printf("  %s N=%lld C=%lld: %lld of %lld within tolerance, not bitwise\n", what, (long long)N, (long long)C,
+           (long long)diff, (long long)C);
 }
 
 FM_TEST(layernorm_fwd_bwd) {
@@ -430,8 +415,8 @@ FM_TEST(quant_add_vs_reduce_add) {
       for (int s = 0; s < NSCHED; s++) {
         schedule(s);
         for (int r = 0; r < g.P; r++)
-          fm_simt_quant_add(acc[s] + (int64_t)r * g.S, amax[s], flags[s], grad, g.exp2, g.lo[r], g.hi[r],
-                            FM_CLIP_BLOCK, g.limit);
+          fm_simt_quant_add(acc[s] + (int64_t)r * g.S, amax[s], flags[s], grad, g.exp2, g.lo[r], g.hi[r], FM_CLIP_BLOCK,
+                            g.limit);
       }
     }
     FM_EXPECT_EQ_INT(g.overflow, 1);
@@ -454,42 +439,83 @@ FM_TEST(quant_add_vs_reduce_add) {
   report("quant_add", 2);
 }
 
-/* Which FmBackend slots have an emulated CUDA kernel: printed for the record
- * (the closing table), and the count must match the cases above. */
+/* ---- memory (host memory under the emulator) ------------------------------------ */
+FM_TEST(memory_ops) {
+  enum { N = 1001 };
+  FM_EXPECT(emu.alloc(0) == NULL);
+  emu.free(NULL);
+  uint8_t host[N], back[N], want[N];
+  for (int i = 0; i < N; i++) host[i] = (uint8_t)(uniform(0, 256));
+  uint8_t *a = emu.alloc(N), *b = emu.alloc(N);
+  FM_REQUIRE(a && b && ((uintptr_t)a & 63) == 0);
+  emu.copy_to_device(a, host, N);
+  emu.copy(b, a, N);
+  emu.memset(b + 7, 0x5A, 101);
+  emu.synchronize();
+  emu.copy_to_host(back, b, N);
+  memcpy(want, host, N);
+  memset(want + 7, 0x5A, 101);
+  FM_EXPECT(memcmp(back, want, N) == 0);
+  emu.free(a);
+  emu.free(b);
+}
+
+/* Every op ops.def marks `cuda` has its emulated kernel and a case above;
+ * printed as the op table (CPU / CUDA / emulated test), for the record. */
+static const char *const tested[] = {
+    "alloc",
+    "free",
+    "memset",
+    "copy_to_device",
+    "copy_to_host",
+    "copy",
+    "synchronize", /* memory_ops */
+    "gelu_fwd",
+    "gelu_bwd",
+    "swiglu_fwd",
+    "swiglu_bwd",
+    "add",
+    "scale",
+    "cast_f32_to_bf16", /* elementwise */
+    "cast_bf16_to_f32",
+    "round_bf16", /* _bitwise */
+    "adamw_update",
+    "lion_update",
+    "sophia_update",
+    "sophia_hessian_update", /* optimizer_updates */
+    "layernorm_fwd",
+    "layernorm_bwd",
+    "rmsnorm_fwd",
+    "rmsnorm_bwd", /* *norm_fwd_bwd */
+    "rope_fwd",
+    "rope_bwd",
+    "embedding_fwd",
+    "embedding_bwd", /* rope_, embedding_ */
+};
+static int is_tested(const char *op) {
+  for (size_t i = 0; i < sizeof tested / sizeof tested[0]; i++)
+    if (strcmp(tested[i], op) == 0) return 1;
+  return 0;
+}
+
 FM_TEST(emulated_table) {
-  const FmBackend *c = cpu();
-  int have = 0, total = 0;
-#define SLOT(f)                                                                                   \
-  do {                                                                                            \
-    total++;                                                                                      \
-    have += emu.f != NULL;                                                                        \
-    printf("  %-18s cpu %-4s cuda(emulated) %s\n", #f, c->f ? "yes" : "NULL", emu.f ? "yes" : "-"); \
-  } while (0)
-  SLOT(gelu_fwd);
-  SLOT(gelu_bwd);
-  SLOT(swiglu_fwd);
-  SLOT(swiglu_bwd);
-  SLOT(add);
-  SLOT(scale);
-  SLOT(cast_f32_to_bf16);
-  SLOT(cast_bf16_to_f32);
-  SLOT(round_bf16);
-  SLOT(adamw_update);
-  SLOT(matmul_fwd);
-  SLOT(matmul_bwd);
-  SLOT(layernorm_fwd);
-  SLOT(layernorm_bwd);
-  SLOT(rmsnorm_fwd);
-  SLOT(rmsnorm_bwd);
-  SLOT(rope_fwd);
-  SLOT(rope_bwd);
-  SLOT(attention_fwd);
-  SLOT(attention_bwd);
-  SLOT(attention_decode);
-  SLOT(xent_fwd_bwd);
-  SLOT(embedding_fwd);
-  SLOT(embedding_bwd);
-#undef SLOT
-  printf("emu: %d of %d compute ops have an emulated CUDA kernel (+ quant_add for the exact reduction)\n", have, total);
-  FM_EXPECT_EQ_INT(have, 18);
+  int ops = 0, with_cuda = 0;
+  printf("  %-22s %-6s %-6s %s\n", "op", "cpu", "cuda", "emulated test (test_emu_ops)");
+#define FM_OP(name, cuda, use, ret, params)                                                                           \
+  do {                                                                                                                \
+    const int want = strcmp(#cuda, "cuda") == 0, have = emu.name != NULL, t = is_tested(#name);                       \
+    ops++;                                                                                                            \
+    with_cuda += want;                                                                                                \
+    printf("  %-22s %-6s %-6s %s\n", #name, fm_backend_cpu()->name ? "yes" : "NULL", want ? "yes" : "NULL",           \
+           want ? (t ? "yes" : "MISSING") : "-");                                                                     \
+    if (want != have) FM__FAIL("%s: ops.def says %s, the emulated table has %s", #name, #cuda, have ? "it" : "NULL"); \
+    if (want && !t) FM__FAIL("%s: a CUDA op without an emulated test here", #name);                                   \
+  } while (0);
+#include "fmhpc/ops.def"
+#undef FM_OP
+  printf(
+      "emu: %d of %d backend ops have a CUDA kernel, each tested under the emulator (+ quant_add, the exact "
+      "reduction's)\n",
+      with_cuda, ops);
+  FM_EXPECT_EQ_INT(with_cuda, (int)(sizeof tested / sizeof tested[0]));
 }

@@ -166,14 +166,15 @@ FM_TEST(shuffle_definitions) {
       const int seg8 = l & ~7, seg16 = l & ~15;
       const int want[6] = {
           105,
-          100 + seg8 + ((l + 3) & 7),                              /* indexed, width 8 */
-          100 + ((l ^ 6) < seg8 + 8 ? (l ^ 6) : l),                /* xor stays in the group of 8 */
-          100 + (l + 3 < seg16 + 16 ? l + 3 : l),                  /* down: own value past the group */
-          100 + (l - 2 >= 0 ? l - 2 : l),                          /* up */
+          100 + seg8 + ((l + 3) & 7),               /* indexed, width 8 */
+          100 + ((l ^ 6) < seg8 + 8 ? (l ^ 6) : l), /* xor stays in the group of 8 */
+          100 + (l + 3 < seg16 + 16 ? l + 3 : l),   /* down: own value past the group */
+          100 + (l - 2 >= 0 ? l - 2 : l),           /* up */
           (int)ballot,
       };
       for (int k = 0; k < 6; k++) {
-        if (out[k * 32 + l] != want[k]) FM__FAIL("shuffle kind %d lane %d: %d, want %d", k, l, out[k * 32 + l], want[k]);
+        if (out[k * 32 + l] != want[k])
+          FM__FAIL("shuffle kind %d lane %d: %d, want %d", k, l, out[k * 32 + l], want[k]);
         compared++;
       }
     }
@@ -194,7 +195,8 @@ FM_TEST(switch_rate) {
   fm_simt_stats(&st);
   const double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
   printf("switch rate: %llu fiber switches for %llu threads x %d shuffles in %.3f s: %.1f M switches/s\n",
-         (unsigned long long)st.switches, (unsigned long long)st.threads, ROUNDS, sec, 1e-6 * (double)st.switches / sec);
+         (unsigned long long)st.switches, (unsigned long long)st.threads, ROUNDS, sec,
+         1e-6 * (double)st.switches / sec);
   FM_EXPECT(st.switches >= (uint64_t)BLOCKS * THREADS * ROUNDS);
   FM_EXPECT((double)st.switches / sec > 1e6);
   /* the values: each round swaps with lane ^ (1 + r%16) */

@@ -74,41 +74,42 @@ struct Sched {
 };
 Sched S;
 
-} // namespace
-} // namespace fmsim
+}  // namespace
+}  // namespace fmsim
 
 #if FM__SIMT_ASM
 /* fm__simt_switch(&save_sp, next_sp): push the callee-saved state on this
  * stack, park rsp in *save_sp, load next_sp and pop the state saved there. */
 extern "C" void fm__simt_switch(void **save_sp, void *next_sp);
-__asm__(".text\n"
-        ".p2align 4\n"
-        ".globl fm__simt_switch\n"
-        ".hidden fm__simt_switch\n"
-        ".type fm__simt_switch,@function\n"
-        "fm__simt_switch:\n"
-        "  pushq %rbp\n"
-        "  pushq %rbx\n"
-        "  pushq %r12\n"
-        "  pushq %r13\n"
-        "  pushq %r14\n"
-        "  pushq %r15\n"
-        "  subq $8, %rsp\n"
-        "  stmxcsr (%rsp)\n"
-        "  fnstcw 4(%rsp)\n"
-        "  movq %rsp, (%rdi)\n"
-        "  movq %rsi, %rsp\n"
-        "  ldmxcsr (%rsp)\n"
-        "  fldcw 4(%rsp)\n"
-        "  addq $8, %rsp\n"
-        "  popq %r15\n"
-        "  popq %r14\n"
-        "  popq %r13\n"
-        "  popq %r12\n"
-        "  popq %rbx\n"
-        "  popq %rbp\n"
-        "  ret\n"
-        ".size fm__simt_switch, .-fm__simt_switch\n");
+__asm__(
+    ".text\n"
+    ".p2align 4\n"
+    ".globl fm__simt_switch\n"
+    ".hidden fm__simt_switch\n"
+    ".type fm__simt_switch,@function\n"
+    "fm__simt_switch:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  subq $8, %rsp\n"
+    "  stmxcsr (%rsp)\n"
+    "  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n"
+    "  fldcw 4(%rsp)\n"
+    "  addq $8, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size fm__simt_switch, .-fm__simt_switch\n");
 #endif
 
 namespace fmsim {
@@ -220,8 +221,9 @@ const char *state_name(State s) {
       prev = s;
     }
   }
-  fprintf(stderr, "  (a barrier or warp collective that some threads never reach, e.g. inside a branch, or after "
-                  "threads returned)\n");
+  fprintf(stderr,
+          "  (a barrier or warp collective that some threads never reach, e.g. inside a branch, or after "
+          "threads returned)\n");
   abort();
 }
 
@@ -262,7 +264,7 @@ void yield_ready() {
 
 unsigned warp_full_mask(const Warp &w) { return w.size == 32 ? 0xffffffffu : ((1u << w.size) - 1u); }
 
-} // namespace
+}  // namespace
 
 [[noreturn]] void fail(const char *fmt, ...) {
   fprintf(stderr, "simt: ");
@@ -362,9 +364,10 @@ static int warp_arrive(int op, unsigned mask, const void *site, const uint32_t *
   const int base = cur_warp() * 32;
   for (int l = 0; l < w.size; l++)
     if (w.op[l] != op)
-      fail("lanes of warp %d are in different warp collectives (lane %d: op %d, lane %d: op %d): divergent .sync "
-           "instruction",
-           cur_warp(), lane, op, l, w.op[l]);
+      fail(
+          "lanes of warp %d are in different warp collectives (lane %d: op %d, lane %d: op %d): divergent .sync "
+          "instruction",
+          cur_warp(), lane, op, l, w.op[l]);
   for (int l = 0; l < w.size; l++) S.f[(size_t)(base + l)].state = READY;
   yield_ready();
   return buf;
@@ -397,7 +400,7 @@ const uint32_t (*exchange(int op, const uint32_t mine[8], const void *site))[8] 
   return S.w[(size_t)cur_warp()].data[buf];
 }
 
-} // namespace fmsim
+}  // namespace fmsim
 
 /* ---- the C interface ------------------------------------------------------ */
 extern "C" void fm_simt_set_schedule(FmSimtOrder order, uint64_t seed) {
@@ -414,3 +417,28 @@ extern "C" const char *fm_simt_schedule_name(void) {
 }
 extern "C" void fm_simt_stats(FmSimtStats *s) { *s = fmsim::S.stats; }
 extern "C" void fm_simt_reset_stats(void) { fmsim::S.stats = FmSimtStats{0, 0, 0, 0}; }
+
+/* ---- emulated device memory: host memory (the emulated ops take host
+ * pointers), so the emulated table is a whole FmBackend ------------------ */
+extern "C" void *fm_simt_alloc(int64_t bytes) {
+  if (bytes < 0) fmsim::fail("fm_simt_alloc: negative size %lld", (long long)bytes);
+  if (bytes == 0) return nullptr;
+  void *p = nullptr;
+  if (posix_memalign(&p, 256, (size_t)bytes) != 0) fmsim::fail("out of host memory for %lld bytes", (long long)bytes);
+  memset(p, 0xFF, (size_t)bytes); /* as uninitialised device memory might hold anything: NaN */
+  return p;
+}
+extern "C" void fm_simt_free(void *p) { free(p); }
+extern "C" void fm_simt_memset(void *p, int value, int64_t bytes) {
+  if (bytes > 0) memset(p, value, (size_t)bytes);
+}
+extern "C" void fm_simt_copy_to_device(void *dst, const void *src, int64_t bytes) {
+  if (bytes > 0) memcpy(dst, src, (size_t)bytes);
+}
+extern "C" void fm_simt_copy_to_host(void *dst, const void *src, int64_t bytes) {
+  if (bytes > 0) memcpy(dst, src, (size_t)bytes);
+}
+extern "C" void fm_simt_copy(void *dst, const void *src, int64_t bytes) {
+  if (bytes > 0 && dst != src) memmove(dst, src, (size_t)bytes);
+}
+extern "C" void fm_simt_synchronize(void) {}

@@ -87,8 +87,12 @@ extern Coord *g_cur;
 extern unsigned char *g_dyn_smem;
 
 void launch_impl(dim3 grid, dim3 block, size_t smem, Body body, void *ctx);
-template <class F> static void body_thunk(void *p) { (*static_cast<F *>(p))(); }
-template <class F> void launch(dim3 grid, dim3 block, size_t smem, F &&f) {
+template <class F>
+static void body_thunk(void *p) {
+  (*static_cast<F *>(p))();
+}
+template <class F>
+void launch(dim3 grid, dim3 block, size_t smem, F &&f) {
   launch_impl(grid, block, smem, body_thunk<typename std::remove_reference<F>::type>, &f);
 }
 
@@ -103,7 +107,7 @@ enum CollOp { COLL_SYNCWARP = 1, COLL_SHFL, COLL_MMA_16816_BF16, COLL_LDMATRIX, 
 const uint32_t (*exchange(int op, const uint32_t mine[8], const void *site))[8];
 int lane_id();
 [[noreturn]] void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-} // namespace fmsim
+}  // namespace fmsim
 
 #define threadIdx (fmsim::g_cur->tid)
 #define blockIdx  (fmsim::g_cur->bid)
@@ -113,20 +117,20 @@ int lane_id();
 
 #define FM_SIMT_SITE __builtin_return_address(0)
 __attribute__((noinline)) inline void __syncthreads() { fmsim::syncthreads(FM_SIMT_SITE); }
-__attribute__((noinline)) inline void __syncwarp(unsigned mask = 0xffffffffu) {
-  fmsim::syncwarp(mask, FM_SIMT_SITE);
-}
+__attribute__((noinline)) inline void __syncwarp(unsigned mask = 0xffffffffu) { fmsim::syncwarp(mask, FM_SIMT_SITE); }
 inline void __threadfence() {}
 inline void __threadfence_block() {}
 
 namespace fmsim {
-template <class T> inline uint64_t to_bits(T v) {
+template <class T>
+inline uint64_t to_bits(T v) {
   static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
   uint64_t b = 0;
   memcpy(&b, &v, sizeof v);
   return b;
 }
-template <class T> inline T from_bits(uint64_t b) {
+template <class T>
+inline T from_bits(uint64_t b) {
   T v;
   memcpy(&v, &b, sizeof v);
   return v;
@@ -135,26 +139,30 @@ template <class T> inline T from_bits(uint64_t b) {
  * caller's group (per the intrinsic) returns the caller's own value, signalled
  * here by src = -1. */
 inline int seg_base(int lane, int width) { return lane & ~(width - 1); }
-} // namespace fmsim
+}  // namespace fmsim
 
-template <class T> __attribute__((noinline)) T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+template <class T>
+__attribute__((noinline)) T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
   int l = fmsim::lane_id();
   int s = fmsim::seg_base(l, width) + (src & (width - 1));
   return fmsim::from_bits<T>(fmsim::shfl(fmsim::to_bits(v), mask, s, FM_SIMT_SITE));
 }
-template <class T> __attribute__((noinline)) T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+template <class T>
+__attribute__((noinline)) T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   int l = fmsim::lane_id();
   int s = l ^ lane_mask;
   if (s >= fmsim::seg_base(l, width) + width) s = -1; /* later groups: own value */
   return fmsim::from_bits<T>(fmsim::shfl(fmsim::to_bits(v), mask, s, FM_SIMT_SITE));
 }
-template <class T> __attribute__((noinline)) T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+template <class T>
+__attribute__((noinline)) T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   int l = fmsim::lane_id();
   int s = l + (int)delta;
   if (s >= fmsim::seg_base(l, width) + width) s = -1;
   return fmsim::from_bits<T>(fmsim::shfl(fmsim::to_bits(v), mask, s, FM_SIMT_SITE));
 }
-template <class T> __attribute__((noinline)) T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+template <class T>
+__attribute__((noinline)) T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   int l = fmsim::lane_id();
   int s = l - (int)delta;
   if (s < fmsim::seg_base(l, width)) s = -1;

@@ -35,7 +35,8 @@ extern "C" {
   XX(EUNSUPPORTED, "not supported in this build")                       \
   XX(EDATA, "invalid data file")                                        \
   XX(ECKPT, "invalid checkpoint")                                       \
-  XX(EFORMAT, "invalid file format")
+  XX(EFORMAT, "invalid file format")                                   \
+  XX(ENUMERIC, "non-finite loss or gradient")
 
 enum {
   FM__STATUS_OK = 0,

@@ -51,6 +51,7 @@ typedef struct FmReduce {
   int64_t limit;          /* largest |q| one micro-batch may add */
   int32_t overflow;       /* this rank saw a value beyond limit */
   int32_t nonfinite;      /* this rank saw NaN or Inf */
+  int64_t first_bad;      /* after a non-finite finish: the first NaN/Inf element (any rank), else -1 */
   int64_t redone;         /* steps computed again after an overflow */
   FmComm *comm;
 } FmReduce;
@@ -69,7 +70,9 @@ void fm_reduce_add(FmReduce *g, const float *grad);
  * gradient (hi - lo floats) to shard_out. Fast mode reads the model's
  * accumulated fp32 gradient from `grad`. Returns 1 when the step must be
  * computed again (overflow seen on some rank; scales are widened), else 0.
- * *nonfinite tells whether any rank saw NaN/Inf. */
+ * *nonfinite tells whether any rank saw NaN/Inf; then first_bad names the
+ * first such element, the shard is not written, no redo is asked for and the
+ * scales stay those of the last finite step (an Inf must not become one). */
 int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite);
 /* After the optimizer updated this rank's shard of w (in place in the full
  * vector w), gather every shard so all ranks hold the whole vector. */

@@ -103,6 +103,7 @@ void fm_reduce_begin(FmReduce *g) {
   if (g->exact) memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
   g->overflow = 0;
   g->nonfinite = 0;
+  g->first_bad = INT64_MAX;
 }
 
 /* Quantise and add elements [i0, i1) of one block (same scale) into dst,
@@ -113,7 +114,7 @@ void fm_reduce_begin(FmReduce *g) {
  * in y's low mantissa bits (exact: v*2^s is a power-of-two scaling, and
  * |v*2^s| < 2^51 by the limit), read back by subtracting M's bit pattern. */
 static float add_block(int64_t *restrict dst, const float *restrict src, int64_t count, int32_t s, int64_t limit,
-                       int32_t *overflow, int32_t *nonfinite) {
+                       int32_t *overflow, int64_t *first_bad) {
   const double scale = ldexp(1.0, s);
   float amax = 0.0f;
   int bad = 0;
@@ -123,7 +124,9 @@ static float add_block(int64_t *restrict dst, const float *restrict src, int64_t
     amax = a > amax ? a : amax;
   }
   if (bad) {
-    *nonfinite = 1;
+    int64_t i = 0;
+    while (fabsf(src[i]) <= FLT_MAX) i++;
+    *first_bad = i;
     return amax;
   }
   if ((double)amax * scale > (double)limit) {
@@ -145,22 +148,35 @@ static float add_block(int64_t *restrict dst, const float *restrict src, int64_t
 void fm_reduce_add(FmReduce *g, const float *grad) {
   /* Walk rank shards (padded layout) block by block; shards start on block
    * boundaries, so a block never straddles two shards. */
-  int32_t overflow = 0, nonfinite = 0;
+  int32_t overflow = 0;
+  int64_t first = INT64_MAX;
   for (int r = 0; r < g->P; r++) {
     const int64_t lo = g->lo[r], hi = g->hi[r];
     const int64_t b0 = lo / FM_CLIP_BLOCK, b1 = (hi + FM_CLIP_BLOCK - 1) / FM_CLIP_BLOCK;
-#pragma omp parallel for schedule(static) reduction(| : overflow, nonfinite)
+#pragma omp parallel for schedule(static) reduction(| : overflow) reduction(min : first)
     for (int64_t b = b0; b < b1; b++) {
       const int64_t i0 = b * FM_CLIP_BLOCK, i1 = i0 + FM_CLIP_BLOCK < hi ? i0 + FM_CLIP_BLOCK : hi;
-      int32_t of = 0, nf = 0;
-      float a = add_block(g->acc + (int64_t)r * g->S + (i0 - lo), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &nf);
+      int32_t of = 0;
+      int64_t bad = -1;
+      float a = add_block(g->acc + (int64_t)r * g->S + (i0 - lo), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
       if (a > g->amax[b]) g->amax[b] = a;
       overflow |= of;
-      nonfinite |= nf;
+      if (bad >= 0 && i0 + bad < first) first = i0 + bad;
     }
   }
   g->overflow |= overflow;
-  g->nonfinite |= nonfinite;
+  if (first != INT64_MAX) {
+    g->nonfinite = 1;
+    if (first < g->first_bad) g->first_bad = first;
+  }
+}
+
+/* Every rank learns the first non-finite element of the step (a min over
+ * ranks: all of them take this path, the flags being agreed). */
+static void agree_first_bad(FmReduce *g) {
+  int64_t first = INT64_MAX;
+  FM_CHECK(fm_comm_allreduce(g->comm, &g->first_bad, &first, 1, FM_DT_I64, FM_OP_MIN));
+  g->first_bad = first == INT64_MAX ? -1 : first;
 }
 
 int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite) {
@@ -175,14 +191,26 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
       if (rlen < g->S) memset(g->sendf + (int64_t)r * g->S + rlen, 0, (size_t)(g->S - rlen) * sizeof(float));
     }
     for (int64_t i = 0; i < g->n; i++) nf |= !isfinite(grad[i]);
+    for (int64_t i = 0; nf && i < g->n && g->first_bad == INT64_MAX; i++)
+      if (!isfinite(grad[i])) g->first_bad = i;
     flags[1] = nf;
     FM_CHECK(fm_comm_allreduce(g->comm, flags, all, 2, FM_DT_I32, FM_OP_MAX));
+    if (all[1]) {
+      *nonfinite = true;
+      agree_first_bad(g);
+      return 0;
+    }
     FM_CHECK(fm_comm_reduce_scatter(g->comm, g->sendf, g->shardf, g->S, FM_DT_F32, FM_OP_SUM));
     memcpy(shard_out, g->shardf, (size_t)len * sizeof(float));
     *nonfinite = all[1] != 0;
     return 0;
   }
   FM_CHECK(fm_comm_allreduce(g->comm, flags, all, 2, FM_DT_I32, FM_OP_MAX));
+  if (all[1]) { /* skipped by the caller: no redo, and the scales stay */
+    *nonfinite = true;
+    agree_first_bad(g);
+    return 0;
+  }
   /* The maxima of every rank's micro-batches: the next step's (or the
    * redo's) scales. A max is the same whatever order ranks are combined. */
   FM_CHECK(fm_comm_allreduce(g->comm, g->amax, g->amax_prev, g->nblocks, FM_DT_F32, FM_OP_MAX));

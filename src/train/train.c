@@ -57,6 +57,9 @@ typedef struct Run {
   FmMetrics *metrics;
   double flops_per_step, peak_flops_rank;
   int64_t skipped;
+  int64_t bad_run;    /* consecutive steps with a non-finite loss or gradient */
+  int64_t nan_at[3];  /* FMHPC_TEST_NAN_AT: first step (1-based), last step, rank; nan_at[0] = 0: off */
+  int64_t nan_offset; /* ... and the element it poisons */
   char ckpt_dir[4096];
   char *deck_text; /* the resolved deck, stored in checkpoints */
 } Run;
@@ -87,7 +90,7 @@ static int64_t read_step(Run *r, int64_t step) {
 /* Forward + backward of every micro-batch, reduced onto this rank's shard
  * (computed again with wider scales if the exact reduction overflowed).
  * Returns the step's loss summed in micro-batch order (any rank count). */
-static double grads_of_step(Run *r, const int32_t *const *targets, bool *nonfinite) {
+static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bool *nonfinite) {
   float *grad = fm_model_grad_arena(r->model);
   do {
     fm_reduce_begin(&r->red);
@@ -96,6 +99,8 @@ static double grads_of_step(Run *r, const int32_t *const *targets, bool *nonfini
       if (r->red.exact && i > 0) fm_model_zero_grad(r->model);
       FmModelInput in = model_input(&r->mb[i], targets ? targets[i] : NULL);
       r->mloss[i] = fm_model_forward_backward(r->model, &in, r->weights + i * r->b * r->T, true);
+      if (i == 0 && r->nan_at[0] && t >= r->nan_at[0] && t <= r->nan_at[1] && r->dp->rank == r->nan_at[2])
+        grad[r->nan_offset] = NAN; /* the test hook: one rank's gradient poisoned */
       if (r->red.exact) fm_reduce_add(&r->red, grad);
     }
   } while (fm_reduce_finish(&r->red, grad, r->gshard, nonfinite));
@@ -134,9 +139,33 @@ static void sophia_hessian(Run *r, int64_t step, int64_t ntokens) {
     }
   }
   bool nonfinite = false;
-  grads_of_step(r, (const int32_t *const *)targets, &nonfinite);
+  grads_of_step(r, step + 1, (const int32_t *const *)targets, &nonfinite);
   if (!nonfinite) fm_optim_sophia_hessian_update(r->opt, r->gshard, ntokens);
   free(targets);
+}
+
+/* Numerical policy: a step with a non-finite loss or gradient on any rank is
+ * skipped on every rank (the flags are reduced) and counted; nothing of it
+ * reaches the weights, the optimizer state or the reduction's scales, so no
+ * checkpoint can hold it. max_bad_steps in a row stop the run. */
+static int report_nonfinite(const Run *r, int64_t t, double loss) {
+  const FmTensorTable *pt = fm_model_params(r->model);
+  const int64_t e = r->red.first_bad;
+  char what[160] = "the loss (every gradient finite)";
+  for (int i = 0; e >= 0 && i < pt->n; i++)
+    if (e >= pt->t[i].offset && e < pt->t[i].offset + pt->t[i].numel)
+      snprintf(what, sizeof what, "the gradient of %s (element %lld)", pt->t[i].name, (long long)(e - pt->t[i].offset));
+  const int64_t max = r->c->train.max_bad_steps;
+  fm_warn0("step %lld: non-finite %s, first in %s: step skipped (%lld in a row, &train max_bad_steps = %lld)",
+           (long long)t, isfinite(loss) ? "gradient" : "loss", what, (long long)r->bad_run, (long long)max);
+  if (r->bad_run < max) return 0;
+  if (r->dp->rank == 0)
+    fprintf(stderr,
+            "fmhpc: step %lld: %lld steps in a row with a non-finite loss or gradient (first non-finite: %s): "
+            "stopping; the weights and checkpoints hold no step with NaN/Inf\n"
+            "hint: lower &optim lr, check the data, or raise &train max_bad_steps\n",
+            (long long)t, (long long)r->bad_run, what);
+  return FM_ENUMERIC;
 }
 
 static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
@@ -148,10 +177,12 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
 
   const double t_grads = fm_now_s();
   bool nonfinite = false;
-  const double loss = grads_of_step(r, NULL, &nonfinite);
+  const double loss = grads_of_step(r, t, NULL, &nonfinite);
+  nonfinite = nonfinite || !isfinite(loss); /* the loss is the same sum on every rank */
   const double t_update = fm_now_s();
   const double norm = nonfinite ? NAN : fm_reduce_grad_norm(&r->red, r->gshard);
   const double lr = fm_lr_at(&r->sched, t);
+  r->bad_run = nonfinite ? r->bad_run + 1 : 0;
   bool skip = nonfinite || (r->c->train.spike_skip && fm_spike_check(&r->spike, loss, NULL));
   if (!skip) {
     const double scale = fm_clip_scale(norm, r->c->train.grad_clip);
@@ -170,7 +201,7 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
                         .compute_s = t_update - t_grads, .update_s = t1 - t_update, .skipped = skip,
                         .redone = r->red.redone};
   rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size) : 0;
-  return 0;
+  return nonfinite ? report_nonfinite(r, t, loss) : 0;
 }
 
 /* ---- setup ------------------------------------------------------------ */
@@ -225,6 +256,30 @@ static int open_data(Run *r, FILE *err) {
     }
   }
   return fm_sampler_init(&r->sampler, ti->n_seq, r->B, r->b, r->dp->size, r->dp->rank, (uint64_t)c->run.seed, err);
+}
+
+/* FMHPC_TEST_NAN_AT=FIRST[-LAST]:RANK:TENSOR (tests only): in steps FIRST to
+ * LAST (1-based; LAST defaults to FIRST) rank RANK's gradient gets a NaN in
+ * element 0 of the parameter TENSOR, after its first micro-batch. */
+static void test_nan_hook_setup(Run *r) {
+  const char *at = getenv("FMHPC_TEST_NAN_AT");
+  if (!at) return;
+  char name[128] = "";
+  long long first = 0, last = 0, rank = 0;
+  if (sscanf(at, "%lld-%lld:%lld:%127s", &first, &last, &rank, name) != 4) {
+    if (sscanf(at, "%lld:%lld:%127s", &first, &rank, name) != 3)
+      fm_abort_one(1, "FMHPC_TEST_NAN_AT='%s': expected FIRST[-LAST]:RANK:TENSOR", at);
+    last = first;
+  }
+  const FmTensorTable *pt = fm_model_params(r->model);
+  for (int i = 0; i < pt->n && first >= 1 && !r->nan_at[0]; i++)
+    if (!strcmp(pt->t[i].name, name)) {
+      r->nan_offset = pt->t[i].offset;
+      r->nan_at[0] = first;
+    }
+  if (!r->nan_at[0]) fm_abort_one(1, "FMHPC_TEST_NAN_AT='%s': no step >= 1 or no parameter tensor '%s'", at, name);
+  r->nan_at[1] = last;
+  r->nan_at[2] = rank;
 }
 
 static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
@@ -284,6 +339,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     r->rows = fm_xcalloc((size_t)r->T, sizeof *r->rows);
     r->logits = fm_xcalloc((size_t)(r->T * r->dims.V), sizeof *r->logits);
   }
+  test_nan_hook_setup(r);
   r->flops_per_step = r->kind->train_flops_per_token(&r->dims) * (double)(r->B * r->T);
   r->peak_flops_rank = c->log.peak_tflops > 0 ? c->log.peak_tflops * 1e12 : measure_peak(r->be);
   return 0;
@@ -478,8 +534,9 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   double last_save = t0;
   int preempted = 0;
   for (int64_t step = start; step < c->train.steps && !rc; step++) {
-    train_step(&r, step, &rec);
+    rc = train_step(&r, step, &rec);
     fm_metrics_step(r.metrics, &rec);
+    if (rc) break; /* too many non-finite steps (stated) */
     if (c->log.act_stats == rec.step) log_act_stats(&r, rec.step);
     if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps)
       log_step(&r, &rec, (fm_now_s() - t0) * (double)rec.step / (double)(rec.step - start));
@@ -504,7 +561,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
       break;
     }
   }
-  if (rc || preempted) { /* a failed checkpoint (stated by fm_ckpt_write), or a signal: stop here */
+  if (rc || preempted) { /* a failed checkpoint (stated by fm_ckpt_write), divergence, or a signal: stop here */
     if (preempted)
       fm_log0("preempted: checkpointed step %lld in %s; exit status %d asks the batch script to requeue",
               (long long)rec.step, r.ckpt_dir, FM_EXIT_REQUEUE);

@@ -5,6 +5,11 @@
 # asserts the exit status and fmhpc's own message.
 #   data      prep a tiny store (the fixture of the cases below)
 #   out_dir   run%out_dir a regular file / under /proc at 2 ranks: clean error, no hang
+#   nan       a NaN planted in one rank's gradient (FMHPC_TEST_NAN_AT): the step
+#             is skipped on both ranks and changes no bit of the checkpoint; a
+#             NaN every step stops the run after &train max_bad_steps, naming
+#             the step and the tensor; optim%lr=1e6 stops with status 1, no
+#             final/, and a checkpoint without NaN/Inf (/reduce/amax_prev)
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -42,6 +47,25 @@ out_dir)
   expect out_dir_file 60 nz "out_dir = '$WORK/a_file/run'.*cannot create" "${TRAIN[@]}" "run%out_dir='$WORK/a_file/run'"
   expect out_dir_proc 60 nz "out_dir = '/proc/fmhpc_run'.*cannot create" "${TRAIN[@]}" "run%out_dir='/proc/fmhpc_run'"
   echo "PASS: out_dir"
+  ;;
+nan)
+  CK=(/usr/bin/python3 "$SRC/tests/faults/check_nan.py")
+  rm -rf "$WORK/nan_one" "$WORK/nan_stop" "$WORK/nan_lr"
+  FMHPC_TEST_NAN_AT=3:1:h.mlp.w1 expect nan_one 120 0 \
+    "step 3: non-finite gradient, first in the gradient of h.mlp.w1 \(element 0\): step skipped \(1 in a row" \
+    "${TRAIN[@]}" train%steps=4 ckpt%every=1 "run%out_dir='$WORK/nan_one'"
+  grep -q '"skipped": 1,' "$WORK/nan_one/summary.json" || fail "nan_one: summary does not count 1 skipped step"
+  "${CK[@]}" "$WORK/nan_one/ckpt/step_00000002.h5" "$WORK/nan_one/ckpt/step_00000003.h5"
+  FMHPC_TEST_NAN_AT=2-100:0:wte expect nan_stop 120 1 \
+    "step 4: 3 steps in a row with a non-finite loss or gradient \(first non-finite: the gradient of wte \(element 0\)\): stopping" \
+    "${TRAIN[@]}" train%steps=8 train%max_bad_steps=3 ckpt%every=1 "run%out_dir='$WORK/nan_stop'"
+  [ ! -e "$WORK/nan_stop/final" ] || fail "nan_stop: wrote final/"
+  "${CK[@]}" "$WORK/nan_stop/ckpt/step_00000001.h5" "$WORK/nan_stop/ckpt/step_00000003.h5"
+  expect nan_lr 120 1 "steps in a row with a non-finite loss or gradient .*: stopping" \
+    "${TRAIN[@]}" train%steps=20 optim%lr=1e6 ckpt%every=2 "run%out_dir='$WORK/nan_lr'"
+  [ ! -e "$WORK/nan_lr/final" ] || fail "nan_lr: wrote final/"
+  "${CK[@]}" "$WORK/nan_lr/ckpt/$(cat "$WORK/nan_lr/ckpt/latest")"
+  echo "PASS: nan"
   ;;
 messages)
   for i in 1 2 3 4 5; do

@@ -1,0 +1,299 @@
+/* prep_read.c: the reading side of task='prep' (prep_internal.h): the
+ * deck's &prep settings checked and bound, the input globs expanded on rank 0
+ * and broadcast, and each record turned into tokenized documents with their
+ * loss masks (plain text, or SFT turns through the chat template), filtered
+ * by length and split into train/valid. */
+#include "prep_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fmhpc/json.h"
+#include "fmhpc/rng.h"
+
+static bool nonempty(const char *s) { return s && s[0]; }
+
+/* ---- configuration ---------------------------------------------------- */
+int fm__prep_configure(Prep *p, FILE *err) {
+  const FmDeck *d = p->deck;
+  int rc = 0;
+  if (!nonempty(d->c.prep.tokenizer)) {
+    fm_deck_error(d, err, FM_KEY_prep_tokenizer, "task = 'prep' needs a tokenizer");
+    if (err) fprintf(err, "hint: tokenizer = 'tokenizers/gpt2' (a directory with encoder.json and vocab.bpe)\n");
+    rc = FM_EDECK;
+  }
+  int ninputs = 0;
+  for (int i = 0; i < d->c.prep.inputs_n; i++) ninputs += nonempty(d->c.prep.inputs[i]);
+  if (ninputs == 0) {
+    fm_deck_error(d, err, FM_KEY_prep_inputs, "task = 'prep' needs input globs");
+    if (err) fprintf(err, "hint: inputs = 'corpus/*.jsonl.zst'\n");
+    rc = FM_EDECK;
+  }
+  fm_packing_parse(d->c.prep.packing, &p->packing);
+  fm_posids_parse(d->c.prep.position_ids, &p->pos);
+  p->sft = !fm_strcasecmp(d->c.prep.mode, "sft");
+  p->skip_bad = !fm_strcasecmp(d->c.prep.on_bad_record, "skip");
+  p->R = d->c.prep.seq_len + 1;
+  p->W = d->c.prep.window_docs;
+  p->min_chars = d->c.prep.min_chars;
+  p->max_chars = d->c.prep.max_chars;
+  p->valid_fraction = d->c.prep.valid_fraction;
+  if (p->min_chars > p->max_chars) {
+    fm_deck_error(d, err, FM_KEY_prep_min_chars, "min_chars = %lld is above max_chars = %lld",
+                  (long long)p->min_chars, (long long)p->max_chars);
+    rc = FM_EDECK;
+  }
+  int nvalid = 0;
+  for (int i = 0; i < d->c.prep.valid_inputs_n; i++) nvalid += nonempty(d->c.prep.valid_inputs[i]);
+  if (nvalid && p->valid_fraction > 0) {
+    fm_deck_error(d, err, FM_KEY_prep_valid_fraction,
+                  "valid_fraction = %g and valid_inputs both choose the validation split", p->valid_fraction);
+    if (err) fprintf(err, "hint: keep one of them\n");
+    rc = FM_EDECK;
+  }
+  if (!p->sft) return rc;
+  /* SFT: sections 'field' or 'field=role', or a messages list */
+  for (int i = 0; i < d->c.prep.sections_n; i++) {
+    const char *s = d->c.prep.sections[i];
+    if (!nonempty(s)) continue;
+    const char *eq = strchr(s, '=');
+    Section *sc = &p->sec[p->nsec++];
+    sc->field = eq ? fm_xstrndup(s, (size_t)(eq - s)) : fm_xstrdup(s);
+    sc->role = fm_xstrdup(eq ? eq + 1 : s);
+  }
+  int ntrain = 0;
+  for (int i = 0; i < d->c.prep.train_on_n; i++) ntrain += nonempty(d->c.prep.train_on[i]);
+  if (ntrain == 0) {
+    fm_deck_error(d, err, FM_KEY_prep_train_on, "mode = 'sft' needs train_on: the sections or roles to train");
+    if (err) fprintf(err, "hint: train_on = 'assistant' (roles) or 'response' (sections)\n");
+    rc = FM_EDECK;
+  }
+  for (int i = 0; i < p->nsec; i++)
+    for (int k = 0; k < d->c.prep.train_on_n; k++)
+      if (!strcmp(d->c.prep.train_on[k], p->sec[i].field) || !strcmp(d->c.prep.train_on[k], p->sec[i].role))
+        p->sec[i].train = true;
+  if (fm_template_from_deck(&p->tmpl, d, err)) rc = FM_EDECK;
+  return rc;
+}
+
+static bool role_trained(const Prep *p, const char *role) {
+  for (int k = 0; k < p->deck->c.prep.train_on_n; k++)
+    if (!strcmp(p->deck->c.prep.train_on[k], role)) return true;
+  return false;
+}
+
+typedef struct Miss {
+  const FmDeck *deck;
+  int key;
+} Miss;
+
+static int miss(void *ctx, int i, const char *pattern) {
+  const Miss *m = ctx;
+  fm_deck_error(m->deck, stderr, m->key, "'%s' matches no file", pattern);
+  fprintf(stderr, "hint: relative globs start in the directory fmhpc runs in\n");
+  return FM_EIO;
+}
+
+/* Rank 0 expands the globs (sorted, as glob(3) does) and stats the files;
+ * the list is broadcast so that every rank reads the same files. Training
+ * inputs first, then validation inputs. */
+int fm__prep_expand_inputs(Prep *p) {
+  const FmConfig *c = &p->deck->c;
+  Miss mt = {p->deck, FM_KEY_prep_inputs}, mv = {p->deck, FM_KEY_prep_valid_inputs};
+  FmFileList fl[2] = {{0}, {0}};
+  int rc = fm_comm_glob(p->world, c->prep.inputs, c->prep.inputs_n, miss, &mt, &fl[0]);
+  if (!rc) rc = fm_comm_glob(p->world, c->prep.valid_inputs, c->prep.valid_inputs_n, miss, &mv, &fl[1]);
+  p->in = fm_xcalloc((size_t)(fl[0].n + fl[1].n) + 1, sizeof *p->in);
+  for (int v = 0; v < 2 && !rc; v++)
+    for (int i = 0; i < fl[v].n; i++) {
+      p->in[p->nin].valid = v;
+      p->in[p->nin].bytes = fl[v].bytes[i];
+      p->in[p->nin].path = fl[v].path[i];
+      fl[v].path[i] = NULL;
+      p->total_bytes += fl[v].bytes[i];
+      p->nin++;
+    }
+  fm_file_list_free(&fl[0]);
+  fm_file_list_free(&fl[1]);
+  return rc;
+}
+
+/* ---- records to documents --------------------------------------------- */
+static int64_t count_chars(const char *s, size_t n) {
+  int64_t c = 0;
+  for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xC0) != 0x80;
+  return c;
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+/* Append ids of text to the window buffer with loss mask m. */
+static int encode(Prep *p, const char *text, size_t n, bool special, uint8_t m) {
+  int64_t before = p->nids;
+  int64_t k = fm_tok_encode(p->tok, text, n, special, &p->ids, &p->nids, &p->idcap);
+  if (k < 0) return (int)k;
+  if (p->maskcap < p->idcap) {
+    p->maskcap = p->idcap;
+    p->mask = fm_xrealloc(p->mask, (size_t)p->maskcap);
+  }
+  memset(p->mask + before, m, (size_t)(p->nids - before));
+  return 0;
+}
+
+static int push_eos(Prep *p, uint8_t m) {
+  if (p->nids == p->idcap) {
+    p->idcap = p->idcap * 2 + 1024;
+    p->ids = fm_xrealloc(p->ids, (size_t)p->idcap * sizeof *p->ids);
+  }
+  if (p->maskcap < p->idcap) {
+    p->maskcap = p->idcap;
+    p->mask = fm_xrealloc(p->mask, (size_t)p->maskcap);
+  }
+  p->ids[p->nids] = p->eos;
+  p->mask[p->nids++] = m;
+  return 0;
+}
+
+/* A turn of an SFT document. */
+typedef struct Turn {
+  const char *role, *text;
+  size_t len;
+  bool train;
+} Turn;
+
+/* Why a record is bad, in words (file:line is added by the caller). */
+static int turns_of(Prep *p, const FmJson *obj, Turn *turns, int *nturns, Bad *bad) {
+  *nturns = 0;
+  if (p->nsec > 0) {
+    for (int i = 0; i < p->nsec; i++) {
+      const FmJson *v = fm_json_get(obj, p->sec[i].field);
+      if (!v || v->type != FM_JSON_STR) {
+        snprintf(bad->why, sizeof bad->why, "section '%s' is %s, expected a string", p->sec[i].field,
+                 v ? fm_json_type_name(v->type) : "missing");
+        return FM_EDATA;
+      }
+      turns[(*nturns)++] = (Turn){p->sec[i].role, v->s, v->len, p->sec[i].train};
+    }
+    return 0;
+  }
+  const char *mf = p->deck->c.prep.messages_field;
+  const FmJson *m = fm_json_get(obj, mf);
+  if (!m || m->type != FM_JSON_ARR || m->n == 0 || m->n > 256) {
+    snprintf(bad->why, sizeof bad->why, "field '%s' is %s, expected a list of 1..256 {role, content} turns", mf,
+             m ? fm_json_type_name(m->type) : "missing");
+    return FM_EDATA;
+  }
+  for (int64_t i = 0; i < m->n; i++) {
+    const FmJson *t = &m->items[i], *role = t->type == FM_JSON_OBJ ? fm_json_get(t, "role") : NULL,
+                 *content = t->type == FM_JSON_OBJ ? fm_json_get(t, "content") : NULL;
+    if (!role || role->type != FM_JSON_STR || !content || content->type != FM_JSON_STR) {
+      snprintf(bad->why, sizeof bad->why, "%s[%lld] needs string fields 'role' and 'content'", mf, (long long)i);
+      return FM_EDATA;
+    }
+    turns[(*nturns)++] = (Turn){role->s, content->s, content->len, role_trained(p, role->s)};
+  }
+  return 0;
+}
+
+/* Render turns through the template into ids + mask. Prefix, suffix and bos
+ * may hold special tokens; content never. Trained turns train their content
+ * and suffix; the closing EOS is trained when the last turn is. */
+static int encode_sft(Prep *p, const Turn *turns, int n, Bad *bad) {
+  int rc = 0;
+  if (nonempty(p->tmpl.bos)) rc = encode(p, p->tmpl.bos, strlen(p->tmpl.bos), true, 0);
+  for (int i = 0; i < n && !rc; i++) {
+    char *pre, *suf;
+    if (fm_template_role(&p->tmpl, turns[i].role, &pre, &suf)) {
+      snprintf(bad->why, sizeof bad->why, "role '%s' is not in the deck template's role_names", turns[i].role);
+      return FM_EDATA;
+    }
+    rc = encode(p, pre, strlen(pre), true, 0);
+    if (!rc) rc = encode(p, turns[i].text, turns[i].len, false, turns[i].train);
+    if (!rc) rc = encode(p, suf, strlen(suf), true, turns[i].train);
+    free(pre);
+    free(suf);
+  }
+  if (!rc) rc = push_eos(p, n > 0 && turns[n - 1].train);
+  return rc;
+}
+
+/* One record: 0 kept or filtered (counted), FM_EDATA bad (bad->why set),
+ * other <0 a failure. */
+int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
+  int64_t badoff = fm_utf8_check(r->text, r->len);
+  if (badoff >= 0) {
+    snprintf(bad->why, sizeof bad->why, "invalid UTF-8 at byte %lld of the line", (long long)badoff + 1);
+    return FM_EDATA;
+  }
+  FmJsonDoc doc;
+  FmJsonError je;
+  if (fm_json_parse(&doc, r->text, r->len, 64, &je)) {
+    snprintf(bad->why, sizeof bad->why, "column %d: malformed JSON: %s", je.col, je.msg);
+    return FM_EDATA;
+  }
+  int rc = 0;
+  Turn turns[256];
+  int nturns = 0;
+  if (doc.root.type != FM_JSON_OBJ) {
+    snprintf(bad->why, sizeof bad->why, "the record is a JSON %s, expected an object", fm_json_type_name(doc.root.type));
+    rc = FM_EDATA;
+  } else if (p->sft) {
+    rc = turns_of(p, &doc.root, turns, &nturns, bad);
+  } else {
+    const char *tf = p->deck->c.prep.text_field;
+    const FmJson *t = fm_json_get(&doc.root, tf);
+    if (!t || t->type != FM_JSON_STR) {
+      snprintf(bad->why, sizeof bad->why, "field '%s' is %s, expected a string", tf,
+               t ? fm_json_type_name(t->type) : "missing");
+      rc = FM_EDATA;
+    } else {
+      turns[nturns++] = (Turn){"text", t->s, t->len, true};
+    }
+  }
+  if (rc) {
+    fm_json_free(&doc);
+    return rc;
+  }
+  int64_t chars = 0;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int i = 0; i < nturns; i++) {
+    chars += count_chars(turns[i].text, turns[i].len);
+    h = fnv1a(h, turns[i].text, turns[i].len + 1); /* the NUL separates turns */
+  }
+  if (chars < p->min_chars || chars > p->max_chars) {
+    p->stat[chars < p->min_chars ? ST_too_short : ST_too_long]++;
+    fm_json_free(&doc);
+    return 0;
+  }
+  int split = p->in[r->in].valid ||
+              (p->valid_fraction > 0 &&
+               fm_rng_uniform((uint64_t)p->deck->c.run.seed, FM_RNG_PREP, 0, h) < (float)p->valid_fraction);
+  int64_t start = p->nids;
+  if (p->sft) {
+    rc = encode_sft(p, turns, nturns, bad);
+  } else {
+    rc = encode(p, turns[0].text, turns[0].len, false, 1);
+    if (!rc) rc = push_eos(p, 1);
+  }
+  fm_json_free(&doc);
+  if (rc == FM_EDATA) {
+    p->nids = start;
+    return rc;
+  }
+  if (rc) {
+    snprintf(bad->why, sizeof bad->why, "the tokenizer failed: %s", fm_strerror(rc));
+    return rc;
+  }
+  if (2 * p->ndoc[split] + 2 > p->doccap[split]) {
+    p->doccap[split] = 2 * p->doccap[split] + 256;
+    p->doff[split] = fm_xrealloc(p->doff[split], (size_t)p->doccap[split] * sizeof(int64_t));
+  }
+  p->doff[split][2 * p->ndoc[split]] = start; /* [start, end) in the window buffer */
+  p->doff[split][2 * p->ndoc[split]++ + 1] = p->nids;
+  p->stat[ST_chars] += chars;
+  for (int64_t i = start; i < p->nids; i++) p->stat[split ? ST_trained_valid : ST_trained_train] += p->mask[i];
+  return 0;
+}

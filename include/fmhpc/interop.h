@@ -1,8 +1,9 @@
 /* interop.h: Hugging Face interop. safetensors files read and written from the
  * format's specification (src/interop/safetensors.c), the HF tensor names and
  * layouts of each model (src/interop/hf_names.c), config.json
- * (src/interop/hf_config.c), and the directory-level import/export that joins
- * them. Not here: checkpoints (src/ckpt/, HDF5) and tokenizer files (data/).
+ * (src/interop/hf_config.c), the directory-level import/export that joins
+ * them, and the one model loader every task uses (src/interop/load.c). Not here: checkpoints (src/ckpt/, HDF5) and
+ * tokenizer files (data/).
  *
  * A safetensors file is untrusted input: the reader checks the header length
  * (<= 100 MB and inside the file), that the header is one JSON object, every
@@ -100,13 +101,6 @@ int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMet
 
 /* ---- Hugging Face models ---------------------------------------------- */
 
-/* What config.json holds beyond the dims: the deck's norm epsilon and RoPE
- * base (&model norm_eps, rope_theta). */
-typedef struct FmHfHyper {
-  double norm_eps;
-  double rope_theta;
-} FmHfHyper;
-
 /* One HF tensor and the slice of a canonical tensor it maps to: layer
  * `layer` of a stacked (L, ...) tensor, or the whole tensor (layer -1).
  * GPT-2's Conv1D weights are stored (in, out), the transpose of our
@@ -135,26 +129,58 @@ bool fm_hf_ignorable(const FmModelKind *k, const char *hf_name);
 const char *fm_hf_base_prefix(const FmModelKind *k);
 
 /* config.json. Write the HF config of a model (GPT2Config / LlamaConfig). */
-int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h, FILE *err);
+int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err);
 /* Read config.json and check it against the model the deck describes. The
  * deck is the truth: dims are never filled in from config.json, since a run
  * must say in its deck what it trains. A mismatch is FM_EDECK naming the
  * config.json key with its value and the deck key with its value, and a hint
  * with the deck line that matches the file. */
-int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h, FILE *err);
+int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err);
 
 /* Write dir/config.json and dir/model.safetensors (fp32, HF names and
  * layouts) from weights laid out as params (host memory). Creates dir. */
-int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h,
-                 const FmTensorTable *params, const float *weights, FILE *err);
+int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmTensorTable *params,
+                 const float *weights, FILE *err);
 /* Fill weights (laid out as params) from dir/config.json and
  * dir/model.safetensors, or the shards dir/model.safetensors.index.json
  * names. Every parameter must be found with its HF shape; F32, F16, BF16 and
  * F64 are converted to fp32; a tensor the model does not have is an error
  * (except fm_hf_ignorable buffers); a tied model accepts an lm_head.weight
  * equal to the embedding. */
-int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h,
-                 const FmTensorTable *params, float *weights, FILE *err);
+int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmTensorTable *params,
+                 float *weights, FILE *err);
+
+/* ---- the model loader (load.c) ------------------------------------------ */
+/* One loader for every task that runs a model (train, eval, generate, ifd). */
+typedef struct FmModelLoadOpts {
+  const FmBackend *be; /* NULL: the CPU backend */
+  int64_t micro_batch; /* sequences per forward (b) */
+  bool recompute;      /* per-layer activation recompute (training) */
+  const char *hf_dir;  /* import these HF weights (config.json checked against the deck); NULL or "": none */
+  bool init;           /* without hf_dir: initialise from &run seed and &model init_std (training); false
+                          leaves the weights zero for a later fm_model_import */
+} FmModelLoadOpts;
+
+typedef struct FmLoadedModel {
+  const FmModelKind *kind;
+  FmModelDims dims;
+  FmModel *model; /* the caller frees it (fm_model_free) */
+} FmLoadedModel;
+
+/* The model the deck's &model describes (fm_model_dims), made on o->be for
+ * o->micro_batch sequences, bf16 compute when &train precision asks for it,
+ * its weights imported from o->hf_dir or initialised as o says. With comm
+ * the import status is agreed: every rank of comm returns an error when one
+ * rank's import failed. Errors are reported on err (rank 0's stderr or NULL). */
+int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts *o, FmComm *comm, FILE *err);
+/* Import the HF directory hf_dir into m's weights (fm_hf_import); with comm,
+ * agreed as in fm_model_load. */
+int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err);
+/* A store of sequences of seq_len tokens from a tokenizer of vocab_size ids
+ * (path names it) against the model: FM_EDECK at &model seq_len (with a hint)
+ * or &model vocab_size when it does not fit. */
+int fm_model_check_store(const FmDeck *deck, const FmModelDims *d, const char *path, int64_t seq_len,
+                         int64_t vocab_size, FILE *err);
 
 /* &run task = 'export': load the weights to export and write them in HF
  * format to out_dir/hf. Until checkpoints exist the weights come from

@@ -160,6 +160,7 @@ int fm_model_act_stats(FmModel *m, double *var_per_layer);
 const FmTensorTable *fm_model_params(const FmModel *m);
 const FmTensorTable *fm_model_act_table(const FmModel *m);
 const FmModelDims *fm_model_get_dims(const FmModel *m);
+const FmModelKind *fm_model_get_kind(const FmModel *m);
 const FmBackend *fm_model_backend(const FmModel *m);
 float *fm_model_param_arena(FmModel *m);
 float *fm_model_grad_arena(FmModel *m);

@@ -178,30 +178,20 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
     fm_deck_error(deck, err, FM_KEY_data_valid, "task = 'eval' needs a store (&data valid or train)");
     return FM_EDECK;
   }
-  FmModelDims dims;
-  const FmModelKind *kind;
-  int rc = fm_model_dims(&dims, &kind, deck, err);
-  if (rc) return rc;
-  int status = 0;
-  const FmBackend *be = fm_backend_get("cpu", &status);
-  FmModel *m = NULL;
+  const FmModelLoadOpts lo = {NULL, c->train.micro_batch, false, c->eval.model, false};
+  FmLoadedModel lm;
+  int rc = fm_model_load(&lm, deck, &lo, world, err);
+  const FmModelDims dims = lm.dims;
+  FmModel *m = lm.model;
   FmStore *st = NULL;
   FmBatch buf = {0};
-  if (!rc) rc = fm_model_create(&m, kind, &dims, be, c->train.micro_batch, false, err);
-  if (!rc) {
-    FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};
-    rc = fm_hf_import(c->eval.model, kind, &dims, &h, fm_model_params(m), fm_model_param_arena(m), err);
-  }
-  int32_t ok = rc == 0, all_ok = 0; /* import errors are seen by every rank alike; be sure */
-  fm_comm_allreduce(world, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
+  const bool all_ok = rc == 0; /* the loader agreed the import status over world */
   if (all_ok) rc = fm_store_open(&st, data, c->data.format, world, err);
-  if (all_ok && !rc && fm_store_info(st)->seq_len != dims.T) {
-    fm_deck_error(deck, err, FM_KEY_model_seq_len, "the store %s holds sequences of %lld tokens", data,
-                  (long long)fm_store_info(st)->seq_len);
-    rc = FM_EDECK;
+  if (all_ok && !rc) {
+    const FmStoreInfo *si = fm_store_info(st);
+    rc = fm_model_check_store(deck, &dims, data, si->seq_len, si->vocab_size, err);
   }
   if (all_ok && !rc) {
-    fm_model_set_compute_bf16(m, strstr(c->train.precision, "c=bf16") != NULL);
     fm_batch_alloc(&buf, c->train.micro_batch, dims.T);
     int64_t ntok = 0, correct = 0, ntok_acc = 0;
     const double loss = fm_eval_loss(m, st, &buf, c->eval.batches, world, &ntok);
@@ -237,5 +227,5 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
   }
   if (st) fm_store_close(st);
   if (m) fm_model_free(m);
-  return all_ok ? rc : (rc ? rc : FM_EIO);
+  return rc;
 }

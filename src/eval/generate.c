@@ -364,12 +364,21 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
   bool has_tpl = false;
   FmModelDims dims;
   memset(&dims, 0, sizeof dims);
-  const FmModelKind *kind = NULL;
   Gen g;
   memset(&g, 0, sizeof g);
   Seq *seq = NULL;
   int rc = load_inputs(deck, &p, &tok, &tpl, &has_tpl, err);
-  if (!rc) rc = fm_model_dims(&dims, &kind, deck, err);
+  const char *model_dir = c->generate.model[0] ? c->generate.model : c->model.init_from;
+  g.B = c->generate.batch < p.n ? c->generate.batch : (p.n > 0 ? p.n : 1);
+  if (!rc) { /* the import status is agreed below, with the decoder's */
+    const FmModelLoadOpts lo = {NULL, g.B, false, model_dir, false};
+    FmLoadedModel lm;
+    rc = fm_model_load(&lm, deck, &lo, NULL, err);
+    dims = lm.dims;
+    g.m = lm.model;
+    /* Generation computes in fp32 whatever &train precision says (as it always has). */
+    if (g.m) fm_model_set_compute_bf16(g.m, false);
+  }
   if (!rc && fm_tok_vocab_size(tok) > dims.V) {
     fm_deck_error(deck, err, FM_KEY_model_vocab_size, "the tokenizer has %lld ids, more than the model's %lld",
                   (long long)fm_tok_vocab_size(tok), (long long)dims.V);
@@ -392,13 +401,6 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
         seq[i].ids = fm_xrealloc(seq[i].ids, (size_t)need * sizeof(int32_t));
       }
     }
-  }
-  const char *model_dir = c->generate.model[0] ? c->generate.model : c->model.init_from;
-  g.B = c->generate.batch < p.n ? c->generate.batch : (p.n > 0 ? p.n : 1);
-  if (!rc) rc = fm_model_create(&g.m, kind, &dims, fm_backend_cpu(), g.B, false, err);
-  if (!rc) {
-    const FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};
-    rc = fm_hf_import(model_dir, kind, &dims, &h, fm_model_params(g.m), fm_model_param_arena(g.m), err);
   }
   if (!rc) rc = fm_model_gen_create(&g.dec, g.m, err);
   int32_t ok = rc == 0, all_ok = 0;

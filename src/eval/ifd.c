@@ -364,17 +364,7 @@ static int check_deck(const FmDeck *deck, const FmModelDims *d, FILE *err) {
   return 0;
 }
 
-/* Import dir into m on every rank; the status is agreed. */
-static int load(FmModel *m, const FmModelKind *kind, const FmModelDims *d, const FmDeck *deck, const char *dir,
-                FmComm *world, FILE *err) {
-  const FmHfHyper h = {deck->c.model.norm_eps, deck->c.model.rope_theta};
-  int32_t bad = fm_hf_import(dir, kind, d, &h, fm_model_params(m), fm_model_param_arena(m), err) != 0, any = 0;
-  FM_CHECK(fm_comm_allreduce(world, &bad, &any, 1, FM_DT_I32, FM_OP_MAX));
-  return any ? FM_EIO : 0;
-}
-
-static int run(const FmDeck *deck, FmComm *world, FmModel *m, const FmModelKind *kind, const FmModelDims *d,
-               Recs *rs, FILE *log) {
+static int run(const FmDeck *deck, FmComm *world, FmModel *m, const FmModelDims *d, Recs *rs, FILE *log) {
   const FmConfig *c = &deck->c;
   FILE *err = world->rank == 0 ? stderr : NULL;
   const bool two = c->ifd.model_b[0] != 0;
@@ -390,9 +380,9 @@ static int run(const FmDeck *deck, FmComm *world, FmModel *m, const FmModelKind 
   if (tok) fm_tok_free(tok);
   fm_template_free(&t);
   if (any) return FM_EDATA;
-  rc = load(m, kind, d, deck, c->ifd.model, world, err);
+  rc = fm_model_import(m, c->ifd.model, world, err);
   if (!rc) score(m, rs, R_LC, R_LU);
-  if (!rc && two) rc = load(m, kind, d, deck, c->ifd.model_b, world, err);
+  if (!rc && two) rc = fm_model_import(m, c->ifd.model_b, world, err);
   if (!rc && two) score(m, rs, R_LCB, R_LUB);
   if (rc) return rc;
   const int64_t N = rs->total, P = world->size, K = (N + P - 1) / P;
@@ -409,19 +399,19 @@ static int run(const FmDeck *deck, FmComm *world, FmModel *m, const FmModelKind 
 
 int fm_ifd_task(const FmDeck *deck, FmComm *world, FILE *log) {
   FILE *err = world->rank == 0 ? stderr : NULL;
-  FmModelDims d;
-  const FmModelKind *kind;
-  int rc = fm_model_dims(&d, &kind, deck, err);
+  /* The weights come later, one directory at a time (run: &ifd model, model_b). */
+  const FmModelLoadOpts lo = {NULL, 1, false, NULL, false};
+  FmLoadedModel lm;
+  int rc = fm_model_load(&lm, deck, &lo, NULL, err);
+  const FmModelDims d = lm.dims;
+  FmModel *m = lm.model;
   if (!rc) rc = check_deck(deck, &d, err);
-  if (rc) return rc;
-  int status = 0;
-  const FmBackend *be = fm_backend_get("cpu", &status);
-  FmModel *m = NULL;
-  rc = fm_model_create(&m, kind, &d, be, 1, false, err);
-  if (rc) return rc;
-  fm_model_set_compute_bf16(m, strstr(deck->c.train.precision, "c=bf16") != NULL);
+  if (rc) {
+    if (m) fm_model_free(m);
+    return rc;
+  }
   Recs rs = {0};
-  rc = run(deck, world, m, kind, &d, &rs, log);
+  rc = run(deck, world, m, &d, &rs, log);
   for (int64_t i = 0; i < rs.n; i++) fm_ifd_forms_free(&rs.forms[i]);
   free(rs.forms);
   free(rs.v);

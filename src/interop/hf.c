@@ -38,8 +38,8 @@ static int fill_transposed(void *ctx, const FmStTensor *t, void *buf) {
   return 0;
 }
 
-int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h,
-                 const FmTensorTable *params, const float *weights, FILE *err) {
+int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmTensorTable *params,
+                 const float *weights, FILE *err) {
   FmHfTensor *ht = NULL;
   int n = 0;
   int rc = fm_hf_tensors(&ht, &n, k, d, params, err);
@@ -63,7 +63,7 @@ int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, co
   FmStMeta meta = {"format", "pt"};
   char *cfg = join(dir, "config.json"), *model = join(dir, "model.safetensors");
   rc = fm_st_write(model, n, st, 1, &meta, fill_transposed, &ctx, err);
-  if (!rc) rc = fm_hf_config_write(cfg, k, d, h, err);
+  if (!rc) rc = fm_hf_config_write(cfg, k, d, err);
   free(cfg);
   free(model);
   free(st);
@@ -244,10 +244,10 @@ static int leftover(const Files *fs, int fi, const FmStTensor *t, const FmModelK
   return FM_EFORMAT;
 }
 
-int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h,
-                 const FmTensorTable *params, float *weights, FILE *err) {
+int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmTensorTable *params,
+                 float *weights, FILE *err) {
   char *cfg = join(dir, "config.json");
-  int rc = fm_hf_config_check(cfg, k, d, h, err);
+  int rc = fm_hf_config_check(cfg, k, d, err);
   free(cfg);
   if (rc) return rc;
   FmHfTensor *ht = NULL;
@@ -290,13 +290,12 @@ int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, co
 
 /* ---- &run task = 'export' --------------------------------------------- */
 static int export_rank0(const FmDeck *deck, const FmModelKind *k, const FmModelDims *d, FILE *err) {
-  const FmHfHyper h = {deck->c.model.norm_eps, deck->c.model.rope_theta};
   FmTensorTable tab;
   fm_model_param_table(&tab, k, d);
   float *w = fm_xmalloc((size_t)tab.numel * sizeof *w);
-  int rc = fm_hf_import(deck->c.model.init_from, k, d, &h, &tab, w, err);
+  int rc = fm_hf_import(deck->c.model.init_from, k, d, &tab, w, err);
   char *out = join(deck->c.run.out_dir, "hf");
-  if (!rc) rc = fm_hf_export(out, k, d, &h, &tab, w, err);
+  if (!rc) rc = fm_hf_export(out, k, d, &tab, w, err);
   if (!rc) {
     char buf[32];
     fm_log0("export: wrote %s/config.json and model.safetensors (%s parameters, fp32)", out,

@@ -28,10 +28,10 @@ static void put_real(FILE *out, double v) {
 }
 
 /* Keys in alphabetical order, two-space indent: as transformers writes them. */
-static void write_gpt2(FILE *o, const FmModelDims *d, const FmHfHyper *h) {
+static void write_gpt2(FILE *o, const FmModelDims *d) {
   fprintf(o, "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n");
   fprintf(o, "  \"layer_norm_epsilon\": ");
-  put_real(o, h->norm_eps);
+  put_real(o, d->norm_eps);
   fprintf(o, ",\n  \"model_type\": \"gpt2\",\n  \"n_ctx\": %lld,\n  \"n_embd\": %lld,\n  \"n_head\": %lld,\n",
           (long long)d->T, (long long)d->C, (long long)d->NH);
   if (d->F == 4 * d->C)
@@ -45,7 +45,7 @@ static void write_gpt2(FILE *o, const FmModelDims *d, const FmHfHyper *h) {
   fprintf(o, "  \"vocab_size\": %lld\n}\n", (long long)d->V);
 }
 
-static void write_llama(FILE *o, const FmModelDims *d, const FmHfHyper *h) {
+static void write_llama(FILE *o, const FmModelDims *d) {
   fprintf(o, "{\n  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n  \"attention_bias\": false,\n");
   fprintf(o, "  \"head_dim\": %lld,\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": %lld,\n", (long long)d->HS,
           (long long)d->C);
@@ -54,14 +54,14 @@ static void write_llama(FILE *o, const FmModelDims *d, const FmHfHyper *h) {
   fprintf(o, "  \"model_type\": \"llama\",\n  \"num_attention_heads\": %lld,\n  \"num_hidden_layers\": %lld,\n",
           (long long)d->NH, (long long)d->L);
   fprintf(o, "  \"num_key_value_heads\": %lld,\n  \"rms_norm_eps\": ", (long long)d->NKV);
-  put_real(o, h->norm_eps);
+  put_real(o, d->norm_eps);
   fprintf(o, ",\n  \"rope_scaling\": null,\n  \"rope_theta\": ");
-  put_real(o, h->rope_theta);
+  put_real(o, d->rope_theta);
   fprintf(o, ",\n  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"float32\",\n  \"vocab_size\": %lld\n}\n",
           d->tied ? "true" : "false", (long long)d->V);
 }
 
-int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h, FILE *err) {
+int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err) {
   const bool gpt2 = strcmp(k->name, "gpt2") == 0, llama = strcmp(k->name, "llama") == 0;
   if (!gpt2 && !llama) {
     if (err) fprintf(err, "%s: model '%s' has no Hugging Face config mapping\n", path, k->name);
@@ -78,9 +78,9 @@ int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims
     return FM_EIO;
   }
   if (gpt2)
-    write_gpt2(o, d, h);
+    write_gpt2(o, d);
   else
-    write_llama(o, d, h);
+    write_llama(o, d);
   if (fflush(o) != 0 || ferror(o)) rc = FM_EIO;
   if (fclose(o) != 0) rc = FM_EIO;
   if (!rc && rename(tmp.s, path) != 0) rc = FM_EIO;
@@ -183,7 +183,7 @@ static void check_str(Check *c, const char *key, const char *def, const char *co
   problem(c, "\"%s\" = \"%.60s\": %s", key, x, why);
 }
 
-static void check_gpt2(Check *c, const FmModelDims *d, const FmHfHyper *h) {
+static void check_gpt2(Check *c, const FmModelDims *d) {
   static const char *const gelu_tanh[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
   check_str(c, "activation_function", "gelu_new", gelu_tanh, "fmhpc's GPT-2 uses the tanh GELU (gelu_new)");
   check_int(c, "n_embd", 768, "d_model", d->C);
@@ -194,13 +194,13 @@ static void check_gpt2(Check *c, const FmModelDims *d, const FmHfHyper *h) {
   const FmJson *embd = get(c, "n_embd");
   int64_t C = embd && embd->type == FM_JSON_NUM && embd->is_int ? embd->i : 768;
   if (get(c, "n_inner") || C == d->C) check_int(c, "n_inner", 4 * C, "d_ff", d->F); /* null: 4 * n_embd */
-  check_real(c, "layer_norm_epsilon", 1e-5, "norm_eps", h->norm_eps);
+  check_real(c, "layer_norm_epsilon", 1e-5, "norm_eps", d->norm_eps);
   check_bool(c, "tie_word_embeddings", true, "tie_embeddings", d->tied);
   check_fixed_bool(c, "scale_attn_weights", true, true, "fmhpc scales attention scores by 1/sqrt(head size)");
   check_fixed_bool(c, "scale_attn_by_inverse_layer_idx", false, false, "fmhpc does not scale attention by layer");
 }
 
-static void check_llama(Check *c, const FmModelDims *d, const FmHfHyper *h) {
+static void check_llama(Check *c, const FmModelDims *d) {
   static const char *const silu[] = {"silu", NULL};
   check_str(c, "hidden_act", "silu", silu, "fmhpc's Llama MLP is SwiGLU (silu)");
   check_int(c, "hidden_size", 4096, "d_model", d->C);
@@ -215,8 +215,8 @@ static void check_llama(Check *c, const FmModelDims *d, const FmHfHyper *h) {
   if (get(c, "head_dim") || (NH == d->NH && C == d->C))
     check_int(c, "head_dim", NH > 0 ? C / NH : 0, "head_dim", d->HS);
   check_int(c, "vocab_size", 32000, "vocab_size", d->V);
-  check_real(c, "rms_norm_eps", 1e-6, "norm_eps", h->norm_eps);
-  check_real(c, "rope_theta", 10000.0, "rope_theta", h->rope_theta);
+  check_real(c, "rms_norm_eps", 1e-6, "norm_eps", d->norm_eps);
+  check_real(c, "rope_theta", 10000.0, "rope_theta", d->rope_theta);
   check_bool(c, "tie_word_embeddings", false, "tie_embeddings", d->tied);
   check_fixed_bool(c, "attention_bias", false, false, "fmhpc's Llama has no attention biases");
   check_fixed_bool(c, "mlp_bias", false, false, "fmhpc's Llama has no MLP biases");
@@ -237,7 +237,7 @@ static void check_llama(Check *c, const FmModelDims *d, const FmHfHyper *h) {
 /* config.json is small; anything over this is not one. */
 enum { MAX_CONFIG_BYTES = 16 << 20 };
 
-int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, const FmHfHyper *h, FILE *err) {
+int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err) {
   struct stat st;
   if (stat(path, &st) != 0) {
     if (err)
@@ -273,9 +273,9 @@ int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims
   } else if (strcmp(mt->s, k->name) != 0) {
     problem(&c, "\"model_type\" = \"%.40s\" but the deck's &model arch = '%s'", mt->s, k->name);
   } else if (strcmp(k->name, "gpt2") == 0) {
-    check_gpt2(&c, d, h);
+    check_gpt2(&c, d);
   } else if (strcmp(k->name, "llama") == 0) {
-    check_llama(&c, d, h);
+    check_llama(&c, d);
   } else {
     if (err) fprintf(err, "%s: model '%s' has no Hugging Face config mapping\n", path, k->name);
     c.rc = FM_EUNSUPPORTED;

@@ -288,6 +288,7 @@ int fm_model_act_stats(FmModel *m, double *var_per_layer) {
 const FmTensorTable *fm_model_params(const FmModel *m) { return &m->params; }
 const FmTensorTable *fm_model_act_table(const FmModel *m) { return &m->acts; }
 const FmModelDims *fm_model_get_dims(const FmModel *m) { return &m->d; }
+const FmModelKind *fm_model_get_kind(const FmModel *m) { return m->kind; }
 const FmBackend *fm_model_backend(const FmModel *m) { return m->be; }
 float *fm_model_param_arena(FmModel *m) { return m->param; }
 float *fm_model_grad_arena(FmModel *m) { return m->grad; }

@@ -234,26 +234,14 @@ static int open_data(Run *r, FILE *err) {
   int rc = fm_store_open(&r->train, c->data.train, c->data.format, r->dp, err);
   if (rc) return rc;
   const FmStoreInfo *ti = fm_store_info(r->train);
-  if (ti->seq_len != r->T) {
-    fm_deck_error(r->deck, err, FM_KEY_model_seq_len, "the store %s holds sequences of %lld tokens",
-                  c->data.train, (long long)ti->seq_len);
-    if (err) fprintf(err, "hint: prep with &prep seq_len = %lld, or set &model seq_len = %lld\n", (long long)r->T,
-                     (long long)ti->seq_len);
-    return FM_EDECK;
-  }
-  if (ti->vocab_size > r->dims.V) {
-    fm_deck_error(r->deck, err, FM_KEY_model_vocab_size, "the store's tokenizer has %lld ids",
-                  (long long)ti->vocab_size);
-    return FM_EDECK;
-  }
+  rc = fm_model_check_store(r->deck, &r->dims, c->data.train, ti->seq_len, ti->vocab_size, err);
+  if (rc) return rc;
   if (c->data.valid[0]) {
     rc = fm_store_open(&r->valid, c->data.valid, c->data.format, r->dp, err);
     if (rc) return rc;
-    if (fm_store_info(r->valid)->seq_len != r->T) {
-      fm_deck_error(r->deck, err, FM_KEY_data_valid, "holds sequences of %lld tokens, the model takes %lld",
-                    (long long)fm_store_info(r->valid)->seq_len, (long long)r->T);
-      return FM_EDECK;
-    }
+    const FmStoreInfo *vi = fm_store_info(r->valid);
+    rc = fm_model_check_store(r->deck, &r->dims, c->data.valid, vi->seq_len, vi->vocab_size, err);
+    if (rc) return rc;
   }
   return fm_sampler_init(&r->sampler, ti->n_seq, r->B, r->b, r->dp->size, r->dp->rank, (uint64_t)c->run.seed, err);
 }
@@ -301,25 +289,20 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     if (err) fprintf(err, "hint: backend = 'cpu'\n");
     return FM_EDECK;
   }
-  int rc = fm_model_dims(&r->dims, &r->kind, deck, err);
-  if (rc) return rc;
   r->B = c->train.global_batch;
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;
+  const FmModelLoadOpts lo = {r->be, r->b, c->model.recompute, c->model.init_from, true};
+  FmLoadedModel lm;
+  int rc = fm_model_load(&lm, deck, &lo, dp, err);
+  r->kind = lm.kind;
+  r->dims = lm.dims;
+  r->model = lm.model;
+  if (rc) return rc;
   r->T = r->dims.T;
   if ((rc = open_data(r, err))) return rc;
   fm_sampler_my_micro(&r->sampler, &r->first, &r->count);
 
-  if ((rc = fm_model_create(&r->model, r->kind, &r->dims, r->be, r->b, c->model.recompute, err))) return rc;
-  fm_model_set_compute_bf16(r->model, strstr(c->train.precision, "c=bf16") != NULL);
-  if (c->model.init_from[0]) {
-    FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};
-    rc = fm_hf_import(c->model.init_from, r->kind, &r->dims, &h, fm_model_params(r->model),
-                      fm_model_param_arena(r->model), err);
-    if (rc) return rc;
-  } else {
-    fm_model_init_weights(r->model, (uint64_t)c->run.seed, c->model.init_std, c->model.residual_scaled_init);
-  }
   const FmTensorTable *pt = fm_model_params(r->model);
   fm_reduce_create(&r->red, pt->numel, r->M, strcmp(c->train.determinism, "exact") == 0, dp);
   if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, fm_reduce_lo(&r->red), fm_reduce_hi(&r->red), err)))
@@ -586,8 +569,7 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     }
     write_summary(&r, &rec, val, secs, hash);
     snprintf(path, sizeof path, "%s/final", c->run.out_dir);
-    FmHfHyper h = {c->model.norm_eps, c->model.rope_theta};
-    rc = fm_hf_export(path, r.kind, &r.dims, &h, fm_model_params(r.model), fm_model_param_arena(r.model), err);
+    rc = fm_hf_export(path, r.kind, &r.dims, fm_model_params(r.model), fm_model_param_arena(r.model), err);
   }
   fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0);
   char vbuf[32] = "none (no &data valid)";

@@ -22,12 +22,11 @@ int main(int argc, char **argv) {
   FmModelDims d;
   const FmModelKind *k = NULL;
   if (fm_deck_bind(&deck, n, src, stderr) || fm_model_dims(&d, &k, &deck, stderr)) return 2;
-  const FmHfHyper h = {deck.c.model.norm_eps, deck.c.model.rope_theta};
   FmTensorTable tab;
   fm_model_param_table(&tab, k, &d);
   float *w = calloc((size_t)tab.numel, sizeof *w);
   fm_model_init_range(w, &tab, d.L, 0, tab.numel, strtoull(argv[2], NULL, 10), strtod(argv[3], NULL), false);
-  const int rc = fm_hf_export(argv[1], k, &d, &h, &tab, w, stderr);
+  const int rc = fm_hf_export(argv[1], k, &d, &tab, w, stderr);
   free(w);
   fm_table_free(&tab);
   fm_deck_free(&deck);

@@ -50,7 +50,6 @@ int main(int argc, char **argv) {
   FmModelDims d;
   const FmModelKind *k = NULL;
   if (fm_deck_bind(&deck, n, src, stderr) || fm_model_dims(&d, &k, &deck, stderr)) return 2;
-  const FmHfHyper h = {deck.c.model.norm_eps, deck.c.model.rope_theta};
   FmTensorTable tab;
   fm_model_param_table(&tab, k, &d);
   float *w = calloc((size_t)tab.numel, sizeof *w);
@@ -58,10 +57,10 @@ int main(int argc, char **argv) {
   char path[4096];
   if (is_export) {
     for (int64_t j = 0; j < tab.numel; j++) w[j] = formula(j);
-    rc = fm_hf_export(argv[2], k, &d, &h, &tab, w, stderr);
+    rc = fm_hf_export(argv[2], k, &d, &tab, w, stderr);
     snprintf(path, sizeof path, "%s.table.json", argv[2]);
   } else {
-    rc = fm_hf_import(argv[2], k, &d, &h, &tab, w, stderr);
+    rc = fm_hf_import(argv[2], k, &d, &tab, w, stderr);
     if (!rc) {
       FILE *f = fopen(argv[3], "wb");
       if (!f || fwrite(w, sizeof *w, (size_t)tab.numel, f) != (size_t)tab.numel) rc = FM_EIO;

@@ -33,8 +33,7 @@ int main(int argc, char **argv) {
   const FmTensorTable *tab = fm_model_params(m);
   char path[1024];
   snprintf(path, sizeof path, "%s/hf", dir);
-  const FmHfHyper hyper = {d->norm_eps, d->rope_theta};
-  if (fm_hf_export(path, fm_model_find(arch), d, &hyper, tab, fm_model_param_arena(m), stderr)) return 1;
+  if (fm_hf_export(path, fm_model_find(arch), d, tab, fm_model_param_arena(m), stderr)) return 1;
   FmOptimParams op = {.kind = fm_optim_find("adamw"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   FmOptim *opt = fm_optim_create(&op, tab, 0, tab->numel, stderr);
   snprintf(path, sizeof path, "%s/losses.txt", dir);

@@ -53,8 +53,7 @@ int main(int argc, char **argv) {
            write_raw(dir, "weight.f32", b.weight, nb);
   char path[1024];
   snprintf(path, sizeof path, "%s/hf", dir);
-  const FmHfHyper hyper = {d->norm_eps, d->rope_theta};
-  rc |= fm_hf_export(path, fm_model_find(arch), d, &hyper, tab, fm_model_param_arena(m), stderr) != 0;
+  rc |= fm_hf_export(path, fm_model_find(arch), d, tab, fm_model_param_arena(m), stderr) != 0;
   snprintf(path, sizeof path, "%s/index.json", dir);
   FILE *f = fopen(path, "w");
   if (!f) return 1;

@@ -449,10 +449,30 @@ FM_TEST(corrupted_files_error_never_crash) {
 
 /* ---- HF name maps ------------------------------------------------------ */
 static FmModelDims gpt2_dims(bool tied) {
-  return (FmModelDims){.C = 8, .L = 2, .NH = 2, .NKV = 2, .HS = 4, .F = 32, .V = 11, .T = 6, .tied = tied};
+  return (FmModelDims){.C = 8,
+                       .L = 2,
+                       .NH = 2,
+                       .NKV = 2,
+                       .HS = 4,
+                       .F = 32,
+                       .V = 11,
+                       .T = 6,
+                       .tied = tied,
+                       .norm_eps = 1e-5,
+                       .rope_theta = 10000.0};
 }
 static FmModelDims llama_dims(bool tied) {
-  return (FmModelDims){.C = 8, .L = 3, .NH = 4, .NKV = 2, .HS = 4, .F = 12, .V = 13, .T = 5, .tied = tied};
+  return (FmModelDims){.C = 8,
+                       .L = 3,
+                       .NH = 4,
+                       .NKV = 2,
+                       .HS = 4,
+                       .F = 12,
+                       .V = 13,
+                       .T = 5,
+                       .tied = tied,
+                       .norm_eps = 1e-5,
+                       .rope_theta = 10000.0};
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -535,16 +555,14 @@ static float *known_weights(const FmTensorTable *tab) {
   return w;
 }
 
-static const FmHfHyper hyper = {1e-5, 10000.0};
-
 static void round_trip(const char *model, FmModelDims d, const char *dirname) {
   const FmModelKind *k = fm_model_find(model);
   FmTensorTable tab;
   fm_model_param_table(&tab, k, &d);
   float *w = known_weights(&tab), *back = calloc((size_t)tab.numel, sizeof *back);
   const char *dir = tmp_path(dirname);
-  FM_REQUIRE(fm_hf_export(dir, k, &d, &hyper, &tab, w, stderr) == 0);
-  FM_REQUIRE(fm_hf_import(dir, k, &d, &hyper, &tab, back, stderr) == 0);
+  FM_REQUIRE(fm_hf_export(dir, k, &d, &tab, w, stderr) == 0);
+  FM_REQUIRE(fm_hf_import(dir, k, &d, &tab, back, stderr) == 0);
   FM_EXPECT(memcmp(w, back, (size_t)tab.numel * sizeof *w) == 0);
   free(w);
   free(back);
@@ -565,7 +583,7 @@ FM_TEST(export_gpt2_conv1d_is_transposed) {
   fm_model_param_table(&tab, k, &d);
   float *w = known_weights(&tab);
   const char *dir = tmp_path("gpt2_layout");
-  FM_REQUIRE(fm_hf_export(dir, k, &d, &hyper, &tab, w, stderr) == 0);
+  FM_REQUIRE(fm_hf_export(dir, k, &d, &tab, w, stderr) == 0);
   char path[600];
   snprintf(path, sizeof path, "%s/model.safetensors", dir);
   FmStFile f;
@@ -592,7 +610,7 @@ static char *import_msg(const char *model, FmModelDims d, const char *dir, int *
   char *msg = NULL;
   size_t len = 0;
   FILE *err = open_memstream(&msg, &len);
-  *rc = fm_hf_import(dir, k, &d, &hyper, &tab, w, err);
+  *rc = fm_hf_import(dir, k, &d, &tab, w, err);
   fclose(err);
   free(w);
   fm_table_free(&tab);

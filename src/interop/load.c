@@ -1,0 +1,50 @@
+/* load.c: the one model loader (fm_model_load): the model the deck describes,
+ * its weights initialised from the deck or imported from an HF directory,
+ * the import status agreed by every rank; and the store-against-model check
+ * (fm_model_check_store). train, eval, generate and ifd all start here. */
+#include <string.h>
+
+#include "fmhpc/core.h"
+#include "fmhpc/interop.h"
+
+int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err) {
+  const FmModelDims *d = fm_model_get_dims(m);
+  int rc = fm_hf_import(hf_dir, fm_model_get_kind(m), d, fm_model_params(m), fm_model_param_arena(m), err);
+  if (!comm) return rc;
+  int32_t bad = rc != 0, any = 0; /* import errors are usually seen by every rank alike; be sure */
+  FM_CHECK(fm_comm_allreduce(comm, &bad, &any, 1, FM_DT_I32, FM_OP_MAX));
+  return rc ? rc : (any ? FM_EIO : 0);
+}
+
+int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts *o, FmComm *comm, FILE *err) {
+  const FmConfig *c = &deck->c;
+  memset(out, 0, sizeof *out);
+  int rc = fm_model_dims(&out->dims, &out->kind, deck, err);
+  if (rc) return rc;
+  const FmBackend *be = o->be ? o->be : fm_backend_cpu();
+  rc = fm_model_create(&out->model, out->kind, &out->dims, be, o->micro_batch, o->recompute, err);
+  if (rc) return rc;
+  fm_model_set_compute_bf16(out->model, strstr(c->train.precision, "c=bf16") != NULL);
+  if (o->hf_dir && o->hf_dir[0]) return fm_model_import(out->model, o->hf_dir, comm, err);
+  if (o->init)
+    fm_model_init_weights(out->model, (uint64_t)c->run.seed, c->model.init_std, c->model.residual_scaled_init);
+  return 0;
+}
+
+int fm_model_check_store(const FmDeck *deck, const FmModelDims *d, const char *path, int64_t seq_len,
+                         int64_t vocab_size, FILE *err) {
+  if (seq_len != d->T) {
+    fm_deck_error(deck, err, FM_KEY_model_seq_len, "the store %s holds sequences of %lld tokens", path,
+                  (long long)seq_len);
+    if (err)
+      fprintf(err, "hint: prep with &prep seq_len = %lld, or set &model seq_len = %lld\n", (long long)d->T,
+              (long long)seq_len);
+    return FM_EDECK;
+  }
+  if (vocab_size > d->V) {
+    fm_deck_error(deck, err, FM_KEY_model_vocab_size, "the store %s's tokenizer has %lld ids", path,
+                  (long long)vocab_size);
+    return FM_EDECK;
+  }
+  return 0;
+}

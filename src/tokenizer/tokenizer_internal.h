@@ -1,5 +1,6 @@
 /* tokenizer_internal.h: the FmTokenizer layout and the builder shared by
- * src/tokenizer/: tokenizer.c (encode/decode/hash), load.c (loaders),
+ * src/tokenizer/: vocab.c (byte mapping, maps, builder, pattern, hash),
+ * bpe.c (the merge loop), tokenizer.c (encode/decode), load.c (loaders),
  * save.c (tokenizer.json writer) and bpe_train.c. Not a public
  * interface: other modules use include/fmhpc/tokenizer.h. */
 #ifndef FMHPC_TOKENIZER_INTERNAL_H
@@ -82,6 +83,35 @@ struct FmTokenizer {
   uint64_t serial; /* identifies this tokenizer to thread-local caches */
   char hash[65];
 };
+
+/* ---- the vocab and pair maps' lookups (vocab.c builds them) ------------ */
+static inline uint64_t fm__tok_pair_key(int32_t l, int32_t r) { return (uint64_t)(uint32_t)l << 32 | (uint32_t)r; }
+static inline uint64_t fm__tok_mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+
+static inline int32_t fm__tok_bmap_get(const FmTokBMap *m, const char *pool, const char *s, size_t n, uint64_t h) {
+  if (!m->cap) return -1;
+  uint32_t h32 = (uint32_t)h;
+  for (uint64_t j = h & (m->cap - 1);; j = (j + 1) & (m->cap - 1)) {
+    const FmTokBSlot *e = &m->slot[j];
+    if (e->len == UINT32_MAX) return -1;
+    if (e->h32 == h32 && e->len == n && memcmp(pool + e->off, s, n) == 0) return e->id;
+  }
+}
+
+static inline const FmTokPSlot *fm__tok_pmap_get(const FmTokPMap *m, int32_t l, int32_t r) {
+  uint64_t k = fm__tok_pair_key(l, r);
+  for (uint64_t j = fm__tok_mix64(k) & (m->cap - 1);; j = (j + 1) & (m->cap - 1)) {
+    const FmTokPSlot *e = &m->slot[j];
+    if (e->key == k) return e;
+    if (e->key == UINT64_MAX) return NULL;
+  }
+}
 
 /* GPT-2's bytes_to_unicode (openai/gpt-2 encoder.py): byte -> code point. */
 uint32_t fm__tok_byte_to_cp(uint8_t b);

@@ -622,3 +622,61 @@ FM_TEST(lion_sophia_bitwise_steps) {
     free(w), free(m), free(h), free(grad), free(gw), free(gm), free(gh);
   }
 }
+
+/* matmul through the cuBLASLt wrapper at GPT-2 widths: within 2 K eps of the
+ * sum of |terms| of the CPU (another summation order), and the same bits on a
+ * second run (a pinned algorithm, no in-place split-K). */
+FM_TEST(matmul_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t N = 1027, C = 768, OC = 2304;
+  float *x = host_f32(N * C), *w = host_f32(OC * C), *bias = host_f32(OC), *dout = host_f32(N * OC);
+  fill_uniform(x, N * C, -1, 1);
+  fill_uniform(w, OC * C, -1, 1);
+  fill_uniform(bias, OC, -1, 1);
+  fill_uniform(dout, N * OC, -1, 1);
+  float *co = host_f32(N * OC), *cdi = calloc((size_t)(N * C), 4), *cdw = calloc((size_t)(OC * C), 4),
+        *cdb = calloc((size_t)OC, 4);
+  fm_cpu_matmul_fwd(co, x, w, bias, N, C, OC);
+  fm_cpu_matmul_bwd(cdi, cdw, cdb, dout, x, w, N, C, OC);
+  float *dx = to_device(g, x, N * C * 4), *dw_ = to_device(g, w, OC * C * 4), *dbias = to_device(g, bias, OC * 4),
+        *ddo = to_device(g, dout, N * OC * 4);
+  float *go = g->alloc(N * OC * 4), *gdi = g->alloc(N * C * 4), *gdw = g->alloc(OC * C * 4), *gdb = g->alloc(OC * 4);
+  float *h[2][4];
+  for (int run = 0; run < 2; run++) {
+    g->memset(gdi, 0, N * C * 4);
+    g->memset(gdw, 0, OC * C * 4);
+    g->memset(gdb, 0, OC * 4);
+    g->matmul_fwd(go, dx, dw_, dbias, N, C, OC);
+    g->matmul_bwd(gdi, gdw, gdb, ddo, dx, dw_, N, C, OC);
+    h[run][0] = from_device(g, go, N * OC * 4);
+    h[run][1] = from_device(g, gdi, N * C * 4);
+    h[run][2] = from_device(g, gdw, OC * C * 4);
+    h[run][3] = from_device(g, gdb, OC * 4);
+  }
+  /* |terms| <= 1 each: sum |a b| <= K, so the bound is 2 K^2 eps; use the
+   * per-element sums for the fwd output only (the largest K is N for dw). */
+  int64_t bad = 0;
+  for (int64_t n = 0; n < N && bad < 5; n++)
+    for (int64_t o = 0; o < OC; o++) {
+      double s = fabs((double)bias[o]);
+      for (int64_t c = 0; c < C; c++) s += fabs((double)x[n * C + c] * w[o * C + c]);
+      if (!close_to(h[0][0][n * OC + o], co[n * OC + o], 2.0 * (double)C * EPS * s))
+        REPORT_FIRST(bad, "matmul_fwd [%lld,%lld]: cuda %.9g cpu %.9g", (long long)n, (long long)o, h[0][0][n * OC + o],
+                     co[n * OC + o]);
+    }
+  const float *cref[4] = {co, cdi, cdw, cdb};
+  const int64_t len[4] = {N * OC, N * C, OC * C, OC}, K[4] = {C, OC, N, N};
+  for (int j = 1; j < 4; j++)
+    for (int64_t i = 0; i < len[j]; i++)
+      if (!close_to(h[0][j][i], cref[j][i], 2.0 * (double)K[j] * (double)K[j] * EPS)) {
+        REPORT_FIRST(bad, "matmul_bwd output %d [%lld]: cuda %.9g cpu %.9g", j, (long long)i, h[0][j][i], cref[j][i]);
+        break;
+      }
+  FM_EXPECT_EQ_INT(bad, 0);
+  for (int j = 0; j < 4; j++) {
+    FM_EXPECT_EQ_INT(count_bit_diffs(h[0][j], h[1][j], len[j], 4), 0);
+    free(h[0][j]), free(h[1][j]);
+  }
+  g->free(dx), g->free(dw_), g->free(dbias), g->free(ddo), g->free(go), g->free(gdi), g->free(gdw), g->free(gdb);
+  free(x), free(w), free(bias), free(dout), free(co), free(cdi), free(cdw), free(cdb);
+}

@@ -6,7 +6,8 @@
  *   - the same bits under every schedule (a race or an order-dependent
  *     atomic would differ), and
  *   - the CPU op's bits where the kernel keeps the CPU op's order: all ops
- *     here except the norm weight gradients, whose fixed-grid partials sum
+ *     here except the GEMMs (matmul_fwd/bwd: 2 K eps sum |a b|, see there)
+ *     and the norm weight gradients, whose fixed-grid partials sum
  *     in another order: there |cuda - cpu| <= 2^-23 |cpu| + 2^-45 sum |terms|
  *     (both are double sums of the same float terms rounded once to float:
  *     they differ by at most one float rounding). They are bitwise for N <= 16
@@ -201,6 +202,77 @@ FM_TEST(optimizer_updates_bitwise) {
   }
   report("adamw, lion, sophia (+ hessian) updates, 5 steps each", 1);
   free(w0), free(h0);
+}
+
+/* ---- matmul (the column-major GEMM wrapper; emulated: a host GEMM) ----------- */
+/* Another summation order than OpenBLAS's: |cuda - cpu| <= 2 K eps sum_k |a b|
+ * (+ the same for the accumulated term) element by element, with K the
+ * reduced length. Shapes with C, OC, N all different so a swapped dimension
+ * or leading dimension cannot pass; the bias and dbias paths included. */
+static int64_t gemm_bad(const float *got, const float *want, const double *scale, int64_t n, int64_t K,
+                        const char *what) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double tol = 2.0 * (double)K * (double)FLT_EPSILON * scale[i] + 1e-30;
+    if (!(fabs((double)got[i] - (double)want[i]) <= tol) && bad++ < 5)
+      FM__FAIL("%s[%lld] under %s: cuda %.9g cpu %.9g (tol %.3g)", what, (long long)i, fm_simt_schedule_name(), got[i],
+               want[i], tol);
+  }
+  return bad;
+}
+
+FM_TEST(matmul_fwd_bwd) {
+  const int64_t shapes[][3] = {{7, 13, 5}, {33, 64, 48}, {1, 9, 1}}; /* N, C, OC */
+  for (int k = 0; k < 3; k++) {
+    const int64_t N = shapes[k][0], C = shapes[k][1], OC = shapes[k][2];
+    float *x = f32_uniform(N * C, -1, 1), *w = f32_uniform(OC * C, -1, 1), *bias = f32_uniform(OC, -1, 1);
+    float *dout = f32_uniform(N * OC, -1, 1), *di0 = f32_uniform(N * C, -1, 1), *dw0 = f32_uniform(OC * C, -1, 1),
+          *db0 = f32_uniform(OC, -1, 1);
+    float *co = f32(N * OC), *cdi = f32_copy(di0, N * C), *cdw = f32_copy(dw0, OC * C), *cdb = f32_copy(db0, OC);
+    cpu()->matmul_fwd(co, x, w, bias, N, C, OC);
+    cpu()->matmul_bwd(cdi, cdw, cdb, dout, x, w, N, C, OC);
+    /* scales: sum |terms| of each output */
+    double *so = fm_xcalloc((size_t)(N * OC), sizeof(double)), *sdi = fm_xcalloc((size_t)(N * C), sizeof(double));
+    double *sdw = fm_xcalloc((size_t)(OC * C), sizeof(double)), *sdb = fm_xcalloc((size_t)OC, sizeof(double));
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t o = 0; o < OC; o++) {
+        so[n * OC + o] = fabs((double)bias[o]);
+        sdb[o] += fabs((double)dout[n * OC + o]);
+        for (int64_t c = 0; c < C; c++) {
+          so[n * OC + o] += fabs((double)x[n * C + c] * w[o * C + c]);
+          sdi[n * C + c] += fabs((double)dout[n * OC + o] * w[o * C + c]);
+          sdw[o * C + c] += fabs((double)dout[n * OC + o] * x[n * C + c]);
+        }
+      }
+    for (int64_t i = 0; i < N * C; i++) sdi[i] += fabs((double)di0[i]);
+    for (int64_t i = 0; i < OC * C; i++) sdw[i] += fabs((double)dw0[i]);
+    for (int64_t i = 0; i < OC; i++) sdb[i] += fabs((double)db0[i]);
+    float *first[4] = {NULL, NULL, NULL, NULL};
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      float *go = f32(N * OC), *gdi = f32_copy(di0, N * C), *gdw = f32_copy(dw0, OC * C), *gdb = f32_copy(db0, OC);
+      emu.matmul_fwd(go, x, w, bias, N, C, OC);
+      emu.matmul_bwd(gdi, gdw, gdb, dout, x, w, N, C, OC);
+      FM_EXPECT_EQ_INT(gemm_bad(go, co, so, N * OC, C, "matmul_fwd out"), 0);
+      FM_EXPECT_EQ_INT(gemm_bad(gdi, cdi, sdi, N * C, OC, "matmul_bwd dinp"), 0);
+      FM_EXPECT_EQ_INT(gemm_bad(gdw, cdw, sdw, OC * C, N, "matmul_bwd dw"), 0);
+      FM_EXPECT_EQ_INT(gemm_bad(gdb, cdb, sdb, OC, N, "matmul_bwd dbias"), 0);
+      float *got[4] = {go, gdi, gdw, gdb};
+      const int64_t len[4] = {N * OC, N * C, OC * C, OC};
+      for (int j = 0; j < 4; j++) {
+        if (s == 0)
+          first[j] = got[j];
+        else {
+          EXPECT_BITS("matmul (vs forward schedule)", got[j], first[j], len[j], 4);
+          free(got[j]);
+        }
+      }
+    }
+    for (int j = 0; j < 4; j++) free(first[j]);
+    free(x), free(w), free(bias), free(dout), free(di0), free(dw0), free(db0), free(co), free(cdi), free(cdw),
+        free(cdb), free(so), free(sdi), free(sdw), free(sdb);
+  }
+  report("matmul_fwd+bwd (GEMM wrapper + bias/dbias kernels)", 3);
 }
 
 /* ---- norms ------------------------------------------------------------------- */
@@ -463,34 +535,41 @@ FM_TEST(memory_ops) {
 /* Every op ops.def marks `cuda` has its emulated kernel and a case above;
  * printed as the op table (CPU / CUDA / emulated test), for the record. */
 static const char *const tested[] = {
+    /* memory_ops */
     "alloc",
     "free",
     "memset",
     "copy_to_device",
     "copy_to_host",
     "copy",
-    "synchronize", /* memory_ops */
+    "synchronize",
+    /* elementwise_bitwise */
     "gelu_fwd",
     "gelu_bwd",
     "swiglu_fwd",
     "swiglu_bwd",
     "add",
     "scale",
-    "cast_f32_to_bf16", /* elementwise */
+    "cast_f32_to_bf16",
     "cast_bf16_to_f32",
-    "round_bf16", /* _bitwise */
+    "round_bf16",
+    /* optimizer_updates_bitwise */
     "adamw_update",
     "lion_update",
     "sophia_update",
-    "sophia_hessian_update", /* optimizer_updates */
+    "sophia_hessian_update",
+    /* matmul_fwd_bwd, layernorm_fwd_bwd, rmsnorm_fwd_bwd */
+    "matmul_fwd",
+    "matmul_bwd",
     "layernorm_fwd",
     "layernorm_bwd",
     "rmsnorm_fwd",
-    "rmsnorm_bwd", /* *norm_fwd_bwd */
+    "rmsnorm_bwd",
+    /* rope_fwd_bwd_bitwise, embedding_fwd_bwd_bitwise */
     "rope_fwd",
     "rope_bwd",
     "embedding_fwd",
-    "embedding_bwd", /* rope_, embedding_ */
+    "embedding_bwd",
 };
 static int is_tested(const char *op) {
   for (size_t i = 0; i < sizeof tested / sizeof tested[0]; i++)

@@ -37,6 +37,9 @@ rc=0
 [ "$rc" -eq 1 ] || { tail -20 "$R/full.log"; echo "FAIL: exit status $rc, expected 1 (the write of step 2 fails)"; exit 1; }
 msg=$(grep -o 'checkpoint of step 2 failed: .*' "$R/full.log" || true)
 [ -n "$msg" ] || { tail -20 "$R/full.log"; echo "FAIL: no 'checkpoint of step 2 failed' message"; exit 1; }
+# the write of step 1 states its size, time and rate
+grep -qE '^checkpoint: .*step_00000001\.h5, [0-9.]+ MiB in [0-9.]+ s \([0-9.]+ MiB/s\)$' "$R/full.log" ||
+  { tail -20 "$R/full.log"; echo "FAIL: no 'checkpoint: PATH, SIZE in S s (RATE MiB/s)' line for step 1"; exit 1; }
 latest=$(cat "$M/latest" 2>/dev/null || true)
 [ "$latest" = step_00000001.h5 ] || { ls -la "$M"; echo "FAIL: latest is '$latest', expected step_00000001.h5"; exit 1; }
 if ls "$M"/*.partial > /dev/null 2>&1; then ls -la "$M"; echo "FAIL: a .partial is left on the full disk"; exit 1; fi

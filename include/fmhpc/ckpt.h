@@ -90,6 +90,10 @@ typedef struct FmCkptState {
 int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
                   size_t written_len);
 
+/* Rank 0's line after a write of `seconds` committed `path`: its size and
+ * rate, "checkpoint: PATH, 83.89 MiB in 1.20 s (69.9 MiB/s)" (fm_log0). */
+void fm_ckpt_log_written(const char *path, double seconds);
+
 /* Load one checkpoint file into s (w gets [lo,hi) only: the caller all-gathers;
  * state, amax_prev, spike and the scalars are filled). Every dataset's
  * checksum is verified. Collective. 0, or FM_ECKPT/FM_EIO on every rank with

@@ -91,7 +91,7 @@ typedef struct FmBpeTrainOpts {
   /* Document i as malloc'd bytes (the trainer frees them); 0 or FM_E*. */
   int (*read_doc)(void *ctx, int64_t i, char **text, size_t *len);
   void *ctx;
-  double progress_every_s;     /* progress line interval on rank 0 (0: 10 s) */
+  double progress_every_s;     /* progress line interval on rank 0 (0: 2 s on a terminal, else 10 s) */
 } FmBpeTrainOpts;
 /* comm may be NULL (one process). log: progress lines (rank 0 only; NULL
  * for none). Errors go to stderr on the rank that saw them and are agreed

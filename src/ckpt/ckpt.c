@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -603,6 +604,18 @@ report:
   if (rc && err) fprintf(err, "fmhpc: checkpoint of step %lld failed: %s\n", (long long)s->step, h.why);
   if (!rc && written) snprintf(written, written_len, "%s", final);
   return rc;
+}
+
+void fm_ckpt_log_written(const char *path, double seconds) {
+  struct stat st;
+  if (stat(path, &st) != 0) { /* rank 0 just committed it; say so rather than guess a size */
+    fm_log0("checkpoint: %s (%.2f s; size unknown: %s)", path, seconds, strerror(errno));
+    return;
+  }
+  char b[32];
+  const double mib = (double)st.st_size / (1024.0 * 1024.0);
+  fm_log0("checkpoint: %s, %s in %.2f s (%.1f MiB/s)", path, fm_fmt_bytes(b, sizeof b, (double)st.st_size), seconds,
+          seconds > 0 ? mib / seconds : 0.0);
 }
 
 int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len) {

@@ -24,6 +24,7 @@
 
 #include "fmhpc/clean.h"
 #include "fmhpc/json.h"
+#include "fmhpc/progress.h"
 
 typedef struct Dedup {
   const FmDeck *deck;
@@ -160,6 +161,7 @@ typedef struct SignCtx {
   int64_t slot_cap;
   uint64_t *rows; /* (slot_cap, K + 1): reason, sig */
   FmStr text;
+  FmProgress pg; /* rank 0: records read (every rank reads them all) */
 } SignCtx;
 
 static int sign_one(Dedup *d, void *vctx, int64_t i, int file, int64_t lineno, const char *s, size_t n) {
@@ -171,6 +173,7 @@ static int sign_one(Dedup *d, void *vctx, int64_t i, int file, int64_t lineno, c
   }
   d->file_of[d->n] = file;
   d->line_of[d->n++] = lineno;
+  fm_progress_tick(&c->pg, d->n);
   if (i % c->size != c->rank) return 0;
   int64_t slot = i / c->size;
   int K = d->mh.K;
@@ -247,7 +250,7 @@ typedef struct Decision {
 } Decision;
 
 /* rows: record i at rank i % P, slot i / P, of `slots` slots per rank. */
-static void decide(const Dedup *d, const uint64_t *rows, int64_t slots, int P, Decision *out) {
+static void decide(const Dedup *d, const uint64_t *rows, int64_t slots, int P, Decision *out, FILE *log) {
   int K = d->mh.K, nb = d->mh.bands;
   int need = (int)ceil(d->deck->c.dedup.threshold * K - 1e-9); /* est >= threshold <=> equal minima >= need */
   int64_t N = d->n;
@@ -258,8 +261,11 @@ static void decide(const Dedup *d, const uint64_t *rows, int64_t slots, int P, D
   out->reason = fm_xmalloc((size_t)(N > 0 ? N : 1));
   out->dup_of = fm_xmalloc((size_t)(N > 0 ? N : 1) * sizeof *out->dup_of);
   out->dup_est = fm_xmalloc((size_t)(N > 0 ? N : 1) * sizeof *out->dup_est);
+  FmProgress pg;
+  fm_progress_start(&pg, log, "dedup (deciding)", "records", N, -1);
 #define ROW(i) (rows + ((int64_t)((i) % P) * slots + (i) / P) * (K + 1))
   for (int64_t i = 0; i < N; i++) {
+    fm_progress_tick(&pg, i);
     const uint64_t *row = ROW(i);
     stamp[i] = -1;
     out->dup_of[i] = -1;
@@ -441,6 +447,7 @@ int fm_dedup_task(const FmDeck *deck, FmComm *world, FILE *log) {
     return rc;
   }
   SignCtx sc = {.rank = world->rank, .size = P};
+  fm_progress_start(&sc.pg, world->rank == 0 ? log : NULL, "dedup (reading and signing)", "records", 0, -1);
   fm_str_init(&sc.text);
   int32_t mine = each_record(&d, sign_one, &sc), all = 0;
   fm_comm_allreduce(world, &mine, &all, 1, FM_DT_I32, FM_OP_MIN);
@@ -461,7 +468,7 @@ int fm_dedup_task(const FmDeck *deck, FmComm *world, FILE *log) {
   free(send);
   if (!rc && world->rank == 0) {
     Decision dec = {0};
-    decide(&d, rows, slots, P, &dec);
+    decide(&d, rows, slots, P, &dec, log);
     rc = write_outputs(&d, &dec);
     if (!rc) rc = write_report(&d, &dec, fm_now_s() - t0, P, log);
     free(dec.reason);

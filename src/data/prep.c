@@ -21,6 +21,7 @@
 
 #include "fmhpc/hash.h"
 #include "fmhpc/json.h"
+#include "fmhpc/progress.h"
 #include "fmhpc/rng.h"
 #include "fmhpc/tokenizer.h"
 
@@ -80,13 +81,6 @@ static int do_window(Prep *p, int64_t w) {
   return pack_window(p, w);
 }
 
-static void fmt_dur(char *b, size_t n, double s) {
-  if (s < 0 || s > 1e8) snprintf(b, n, "?");
-  else if (s < 60) snprintf(b, n, "%.0fs", s);
-  else if (s < 3600) snprintf(b, n, "%dm%02ds", (int)s / 60, (int)s % 60);
-  else snprintf(b, n, "%dh%02dm", (int)s / 3600, (int)s % 3600 / 60);
-}
-
 /* After each round of windows (every rank calls this once per round, with
  * or without a window): agree on errors and on whether anyone still has
  * windows, count rounds for stop_after_windows, and let rank 0 report
@@ -101,7 +95,7 @@ static int sync_round(Prep *p, int err, int active, int64_t raw_bytes, int *any_
   if (p->log && p->deck->c.prep.progress_seconds > 0 && t - p->t_last >= p->deck->c.prep.progress_seconds) {
     double el = t - p->t0, frac = p->total_bytes ? (double)raw_bytes / (double)p->total_bytes : 1;
     char eta[32];
-    fmt_dur(eta, sizeof eta, frac > 0 ? el * (1 - frac) / frac : -1);
+    fm_fmt_duration(eta, sizeof eta, frac > 0 ? el * (1 - frac) / frac : -1);
     fprintf(p->log, "prep: %lld docs (%.0f docs/s), %lld tokens (%.0f tokens/s), %.1f MB read (%.1f MB/s), %.0f%%, ETA %s\n",
             (long long)s[2], (double)s[2] / el, (long long)s[3], (double)s[3] / el, (double)raw_bytes / 1e6,
             (double)raw_bytes / 1e6 / el, 100 * frac, eta);

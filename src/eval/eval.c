@@ -10,8 +10,15 @@
 #include <string.h>
 
 #include "fmhpc/interop.h"
+#include "fmhpc/progress.h"
 
-double fm_eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, int64_t *ntok) {
+/* Rank 0's progress after its k-th read of K: about (k + 1) * P of nb
+ * batches done, counted from `base` (the detail pass follows the loss pass). */
+static void tick(FmProgress *pg, int64_t base, int64_t k, int64_t P, int64_t nb) {
+  if (pg) fm_progress_tick(pg, base + ((k + 1) * P < nb ? (k + 1) * P : nb));
+}
+
+static double eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, int64_t *ntok, FmProgress *pg) {
   const int64_t P = dp->size, K = (nb + P - 1) / P, b = fm_model_batch(m);
   const int64_t N = fm_store_info(st)->n_seq, bt = b * fm_model_get_dims(m)->T;
   double *mine = fm_xcalloc((size_t)(2 * K), sizeof *mine), *all = fm_xcalloc((size_t)(2 * K * P), sizeof *all);
@@ -31,6 +38,7 @@ double fm_eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *d
     FmModelInput in = {buf->tokens, buf->targets, buf->position_ids, buf->segment_ids};
     mine[2 * k] = fm_model_forward_backward(m, &in, w, false);
     mine[2 * k + 1] = (double)cnt; /* exact below 2^53 */
+    tick(pg, 0, k, P, nb);
   }
   FM_CHECK(fm_comm_allgather(dp, mine, all, 2 * K, FM_DT_F64));
   double sum = 0, cnt = 0;
@@ -45,6 +53,10 @@ double fm_eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *d
   free(ids);
   *ntok = (int64_t)cnt;
   return cnt > 0 ? sum / cnt : NAN;
+}
+
+double fm_eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, int64_t *ntok) {
+  return eval_loss(m, st, buf, nb, dp, ntok, NULL);
 }
 
 /* One document's result as gathered: batch, sample, segment, loss sum,
@@ -120,8 +132,8 @@ static void write_docs(FILE *f, const double *all, const int64_t *counts, int64_
   free(at);
 }
 
-int fm_eval_detail(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, FILE *per_doc, int64_t *correct,
-                   int64_t *ntok) {
+static int eval_detail(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, FILE *per_doc, int64_t *correct,
+                       int64_t *ntok, FmProgress *pg) {
   const int64_t P = dp->size, K = (nb + P - 1) / P, b = fm_model_batch(m);
   const int64_t N = fm_store_info(st)->n_seq, T = fm_model_get_dims(m)->T, V = fm_model_get_dims(m)->V;
   float *logits = fm_xmalloc((size_t)(b * T * V) * sizeof *logits);
@@ -138,6 +150,7 @@ int fm_eval_detail(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp
     FmModelInput in = {buf->tokens, buf->targets, buf->position_ids, buf->segment_ids};
     fm_model_logits(m, &in, NULL, b * T, logits);
     batch_docs(&l, buf, logits, V, n, i, ids, &tot[0], &tot[1]);
+    tick(pg, nb, k, P, nb);
   }
   free(logits);
   free(ids);
@@ -163,6 +176,11 @@ int fm_eval_detail(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp
   }
   free(l.v);
   return anybad ? (rc ? rc : FM_EIO) : 0;
+}
+
+int fm_eval_detail(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, FILE *per_doc, int64_t *correct,
+                   int64_t *ntok) {
+  return eval_detail(m, st, buf, nb, dp, per_doc, correct, ntok, NULL);
 }
 
 int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
@@ -194,14 +212,16 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
   if (all_ok && !rc) {
     fm_batch_alloc(&buf, c->train.micro_batch, dims.T);
     int64_t ntok = 0, correct = 0, ntok_acc = 0;
-    const double loss = fm_eval_loss(m, st, &buf, c->eval.batches, world, &ntok);
+    FmProgress pg; /* two passes over the batches: the loss, then the detail */
+    fm_progress_start(&pg, world->rank == 0 ? log : NULL, "eval", "batches", 2 * c->eval.batches, -1);
+    const double loss = eval_loss(m, st, &buf, c->eval.batches, world, &ntok, &pg);
     char path[4096];
     FILE *docs = NULL;
     if (world->rank == 0 && c->eval.per_doc[0]) {
       docs = fopen(c->eval.per_doc, "w");
       if (!docs) fm_warn0("cannot write &eval per_doc = '%s'; no per-document results", c->eval.per_doc);
     }
-    rc = fm_eval_detail(m, st, &buf, c->eval.batches, world, docs, &correct, &ntok_acc);
+    rc = eval_detail(m, st, &buf, c->eval.batches, world, docs, &correct, &ntok_acc, &pg);
     if (docs) fclose(docs);
     const double acc = ntok_acc > 0 ? (double)correct / (double)ntok_acc : NAN;
     if (world->rank == 0 && !rc) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "fmhpc/core.h"
+#include "fmhpc/progress.h"
 #include "fmhpc/runtime.h"
 #include "tokenizer_internal.h"
 
@@ -340,10 +341,11 @@ static void flush_changed(Trainer *tr) {
   tr->nchanged = 0;
 }
 
-static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, double every, double t0) {
+static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, double every) {
   FmTokenizer *t = tr->t;
   int64_t ntok = 256, done = 0;
-  double last = fm_now_s();
+  FmProgress pg; /* merges done of at most target - 256 (min_freq may stop it early) */
+  fm_progress_start(&pg, log, "tokenizer", "merges", target - 256, every);
   flush_changed(tr);
   size_t bcap = 256;
   char *buf = fm_xmalloc(bcap);
@@ -367,7 +369,6 @@ static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, 
     }
     fm__tok_add_merge(t, A, B, N);
     done++;
-    int64_t best = q->count;
     /* The word list may grow while we walk it only for pairs holding N. */
     int64_t nw = q->nw;
     int32_t *ws = q->words;
@@ -381,14 +382,7 @@ static int run_merges(Trainer *tr, int64_t target, int64_t min_freq, FILE *log, 
     free(ws);
     tr->pairs[top.pair].count = 0;
     flush_changed(tr);
-    double tn = fm_now_s();
-    if (log && (tn - last >= every || ntok == target)) {
-      char a[32], b[32], c[32];
-      fprintf(log, "tokenizer: merge %s, vocab %s/%s, pair count %lld, %.1f s\n", fm_fmt_count(a, sizeof a, done),
-              fm_fmt_count(b, sizeof b, ntok), fm_fmt_count(c, sizeof c, target), (long long)best, tn - t0);
-      fflush(log);
-      last = tn;
-    }
+    fm_progress_tick(&pg, done);
   }
   free(buf);
   return (int)(ntok - 256);
@@ -460,7 +454,7 @@ int fm_bpe_train(const FmBpeTrainOpts *o, FmComm *comm, FmTokenizer **out, FILE 
   trainer_load_words(&tr, &w);
   words_free(&w);
   int64_t min_freq = o->min_frequency > 1 ? o->min_frequency : 1;
-  int nmerged = run_merges(&tr, target, min_freq, log, o->progress_every_s > 0 ? o->progress_every_s : 10.0, t0);
+  int nmerged = run_merges(&tr, target, min_freq, log, o->progress_every_s > 0 ? o->progress_every_s : -1);
   trainer_free(&tr);
   /* 4. specials after the merged tokens */
   int64_t next = 256 + nmerged;

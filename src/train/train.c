@@ -447,7 +447,7 @@ static int save(Run *r, int64_t step, FILE *err) {
   char path[4300];
   const double t0 = fm_now_s();
   int rc = fm_ckpt_write(r->ckpt_dir, &s, (int)r->c->ckpt.keep, r->dp, err, path, sizeof path);
-  if (!rc) fm_log0("checkpoint: %s (%.2f s)", path, fm_now_s() - t0);
+  if (!rc) fm_ckpt_log_written(path, fm_now_s() - t0);
   return rc;
 }
 

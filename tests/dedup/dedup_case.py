@@ -46,16 +46,24 @@ def jaccard(a, b):
     return len(A & B) / len(A | B) if A | B else 1.0
 
 
-def run(np, inputs, tag):
+def run(np, inputs, tag, progress=False):
     out = os.path.join(work, tag)
     cmd = [mpiexec, "-n", str(np), fmhpc, deck, f"dedup%inputs='{inputs}'", f"dedup%output='{out}/kept.jsonl'",
            f"dedup%dropped='{out}/dropped.jsonl'", f"dedup%report='{out}/report.json'"]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ, FMHPC_PROGRESS_SECONDS="0.0001" if progress else "0")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         sys.exit(f"FAIL: {' '.join(cmd)} exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
     for line in p.stdout.splitlines():
         if line.startswith("dedup:"):
             print(f"[{tag}] {line}")
+    if progress:  # lines with a rate (and, when deciding, the share and an ETA)
+        sign = [l for l in p.stdout.splitlines() if re.match(r"dedup \(reading and signing\): \d+ records, [\d.]+ records/s, elapsed", l)]
+        dec = [l for l in p.stdout.splitlines()
+               if re.match(r"dedup \(deciding\): \d+/\d+ records, [\d.]+ records/s, \d+%, elapsed \S+, ETA \S+$", l)]
+        print(f"[{tag}] progress: {len(sign)} reading lines, {len(dec)} deciding lines; {(dec or ['none'])[-1]}")
+        if not sign or not dec:
+            fail.append(f"{tag}: no progress lines with a rate and an ETA")
     rep = json.load(open(f"{out}/report.json"))
     dropped = [json.loads(l) for l in open(f"{out}/dropped.jsonl")]
     return out, rep, dropped
@@ -142,7 +150,7 @@ all_recs = [json.loads(r[2]) for r in rows]
 orig_at = {r[1]: k for k, r in enumerate(rows) if r[0] == "orig"}
 
 # 3. 1 rank and 3 ranks: byte-identical outputs.
-out1, rep1, drop1 = run(1, test_set, "np1")
+out1, rep1, drop1 = run(1, test_set, "np1", progress=True)
 out3, rep3, drop3 = run(3, test_set, "np3")
 for name in ("kept.jsonl", "dropped.jsonl"):
     same = open(f"{out1}/{name}", "rb").read() == open(f"{out3}/{name}", "rb").read()

@@ -52,10 +52,13 @@ PYEOF
     [ $form == uncond ] && sec="'response=assistant'"
     "$FMHPC" "${PREP[@]}" "prep%inputs='$form$i.jsonl'" "prep%sections=$sec" "prep%output='$form$i'" \
       > prep_$form$i.log 2>&1 || { tail -20 prep_$form$i.log; exit 1; }
-    "$FMHPC" "${EVAL[@]}" "data%valid='$form$i/train.json'" "run%out_dir='ev_$form$i'" \
+    FMHPC_PROGRESS_SECONDS=0.000001 "$FMHPC" "${EVAL[@]}" "data%valid='$form$i/train.json'" "run%out_dir='ev_$form$i'" \
       "eval%per_doc='ev_$form$i.docs.jsonl'" > eval_$form$i.log 2>&1 || { tail -20 eval_$form$i.log; exit 1; }
   done
 done
+# eval's progress lines (every tick at FMHPC_PROGRESS_SECONDS=1e-6): count, rate, share, ETA
+grep -qE '^eval: [12]/2 batches, [0-9.]+ batches/s, (50|100)%, elapsed [0-9hms]+, ETA [0-9hms]+$' eval_cond0.log ||
+  { cat eval_cond0.log; echo "FAIL: no eval progress line"; exit 1; }
 $PY - <<'PYEOF'
 import json, math
 recs = [json.loads(l) for l in open("np1/ifd.jsonl")]

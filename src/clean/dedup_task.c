@@ -77,23 +77,11 @@ static int check_deck(Dedup *d, FILE *err) {
   return 0;
 }
 
-typedef struct Miss {
-  const FmDeck *deck;
-  FILE *err;
-} Miss;
-
-static int miss(void *ctx, int i, const char *pattern) {
-  const Miss *m = ctx;
-  fm_deck_error(m->deck, m->err, FM_KEY_dedup_inputs, "'%s' matches no file", pattern);
-  if (m->err) fprintf(m->err, "hint: relative globs start in the directory fmhpc runs in\n");
-  return FM_EDECK;
-}
-
 /* Rank 0 expands the globs (sorted by glob(3)); the list is broadcast. */
 static int find_files(Dedup *d, FmComm *world, FILE *err) {
-  Miss m = {d->deck, err};
+  FmDeckKeyErr m = {d->deck, err, FM_KEY_dedup_inputs};
   FmFileList fl;
-  int rc = fm_comm_glob(world, d->deck->c.dedup.inputs, d->deck->c.dedup.inputs_n, miss, &m, &fl);
+  int rc = fm_comm_glob(world, d->deck->c.dedup.inputs, d->deck->c.dedup.inputs_n, fm_deck_glob_miss, &m, &fl);
   if (rc) return rc;
   d->files = fl.path;
   d->nfiles = fl.n;

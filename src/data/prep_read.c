@@ -82,27 +82,16 @@ static bool role_trained(const Prep *p, const char *role) {
   return false;
 }
 
-typedef struct Miss {
-  const FmDeck *deck;
-  int key;
-} Miss;
-
-static int miss(void *ctx, int i, const char *pattern) {
-  const Miss *m = ctx;
-  fm_deck_error(m->deck, stderr, m->key, "'%s' matches no file", pattern);
-  fprintf(stderr, "hint: relative globs start in the directory fmhpc runs in\n");
-  return FM_EIO;
-}
-
 /* Rank 0 expands the globs (sorted, as glob(3) does) and stats the files;
  * the list is broadcast so that every rank reads the same files. Training
  * inputs first, then validation inputs. */
 int fm__prep_expand_inputs(Prep *p) {
   const FmConfig *c = &p->deck->c;
-  Miss mt = {p->deck, FM_KEY_prep_inputs}, mv = {p->deck, FM_KEY_prep_valid_inputs};
+  FILE *err = p->rank == 0 ? stderr : NULL;
+  FmDeckKeyErr mt = {p->deck, err, FM_KEY_prep_inputs}, mv = {p->deck, err, FM_KEY_prep_valid_inputs};
   FmFileList fl[2] = {{0}, {0}};
-  int rc = fm_comm_glob(p->world, c->prep.inputs, c->prep.inputs_n, miss, &mt, &fl[0]);
-  if (!rc) rc = fm_comm_glob(p->world, c->prep.valid_inputs, c->prep.valid_inputs_n, miss, &mv, &fl[1]);
+  int rc = fm_comm_glob(p->world, c->prep.inputs, c->prep.inputs_n, fm_deck_glob_miss, &mt, &fl[0]);
+  if (!rc) rc = fm_comm_glob(p->world, c->prep.valid_inputs, c->prep.valid_inputs_n, fm_deck_glob_miss, &mv, &fl[1]);
   p->in = fm_xcalloc((size_t)(fl[0].n + fl[1].n) + 1, sizeof *p->in);
   for (int v = 0; v < 2 && !rc; v++)
     for (int i = 0; i < fl[v].n; i++) {

@@ -747,6 +747,13 @@ void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...)
   fm_str_free(&v);
 }
 
+int fm_deck_glob_miss(void *ctx, int i, const char *pattern) {
+  const FmDeckKeyErr *k = ctx;
+  fm_deck_error(k->deck, k->err, k->key_id, "'%s' matches no file", pattern);
+  if (k->err) fprintf(k->err, "hint: relative globs start in the directory fmhpc runs in\n");
+  return FM_EDECK;
+}
+
 /* "run.in:4" or "default", for messages that cite a second key. */
 static const char *origin_text(const FmOrigin *o, char *buf, size_t n) {
   if (o->file)

@@ -34,74 +34,79 @@ int fm_tok_read_text(const char *path, char **text, size_t *len) {
   return 0;
 }
 
+/* What both commands hold: the tokenizer, all of stdin, the ids. */
+typedef struct Cli {
+  FmTokenizer *tok;
+  FmStr text;
+  int32_t *ids;
+  int64_t n, cap;
+} Cli;
+
 /* Both commands start alike: the tokenizer, then all of stdin. When the
- * load fails *tok is NULL and nothing is held; a read error comes back with
- * both held. */
-static int cli_start(const char *tok_path, FILE *in, FILE *err, FmTokenizer **tok, FmStr *text) {
-  int rc = fm_tok_load(tok, tok_path, err);
+ * load fails c->tok is NULL and nothing is held; a read error comes back
+ * with both held. */
+static int cli_start(Cli *c, const char *tok_path, FILE *in, FILE *err) {
+  memset(c, 0, sizeof *c);
+  int rc = fm_tok_load(&c->tok, tok_path, err);
   if (rc) {
-    *tok = NULL;
+    c->tok = NULL;
     return rc;
   }
-  fm_str_init(text);
+  fm_str_init(&c->text);
   char chunk[65536];
   size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) fm_str_catn(text, chunk, n);
+  while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) fm_str_catn(&c->text, chunk, n);
   return ferror(in) ? FM_EIO : 0;
 }
 
-int fm_tok_cli_encode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
-  FmTokenizer *tok = NULL;
-  FmStr text = {0};
-  int rc = cli_start(tok_path, in, err, &tok, &text);
-  if (!tok) return rc;
-  int32_t *ids = NULL;
-  int64_t n = 0, cap = 0;
-  if (!rc) {
-    int64_t got = fm_tok_encode(tok, text.s, text.len, false, &ids, &n, &cap);
-    if (got < 0) rc = (int)got;
-  }
-  for (int64_t i = 0; !rc && i < n; i++) fprintf(out, i ? " %d" : "%d", ids[i]);
-  if (!rc) fputc('\n', out);
-  if (rc && err) fprintf(err, "fmhpc --encode: %s\n", fm_strerror(rc));
-  free(ids);
-  fm_str_free(&text);
-  fm_tok_free(tok);
+static int cli_end(Cli *c, int rc) {
+  free(c->ids);
+  fm_str_free(&c->text);
+  fm_tok_free(c->tok);
   return rc;
 }
 
+int fm_tok_cli_encode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
+  Cli c;
+  int rc = cli_start(&c, tok_path, in, err);
+  if (!c.tok) return rc;
+  if (!rc) {
+    int64_t got = fm_tok_encode(c.tok, c.text.s, c.text.len, false, &c.ids, &c.n, &c.cap);
+    if (got < 0) rc = (int)got;
+  }
+  for (int64_t i = 0; !rc && i < c.n; i++) fprintf(out, i ? " %d" : "%d", c.ids[i]);
+  if (!rc) fputc('\n', out);
+  if (rc && err) fprintf(err, "fmhpc --encode: %s\n", fm_strerror(rc));
+  return cli_end(&c, rc);
+}
+
 int fm_tok_cli_decode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
-  FmTokenizer *tok = NULL;
-  FmStr text = {0};
-  int rc = cli_start(tok_path, in, err, &tok, &text);
-  if (!tok) return rc;
-  int32_t *ids = NULL;
-  int64_t n = 0, cap = 0;
-  for (char *p = text.s; !rc;) {
+  Cli c;
+  int rc = cli_start(&c, tok_path, in, err);
+  if (!c.tok) return rc;
+  const int64_t V = fm_tok_vocab_size(c.tok);
+  for (char *p = c.text.s; !rc;) {
     while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
     if (!*p) break;
     char *end;
     errno = 0;
     long long v = strtoll(p, &end, 10);
-    if (end == p || errno || v < 0 || v >= fm_tok_vocab_size(tok) || !fm_tok_token_bytes(tok, (int32_t)v, NULL) ||
+    if (end == p || errno || v < 0 || v >= V || !fm_tok_token_bytes(c.tok, (int32_t)v, NULL) ||
         (*end && *end != ' ' && *end != '\n' && *end != '\t' && *end != '\r')) {
       if (err)
         fprintf(err, "fmhpc --decode: input byte %lld: '%.20s' is not a token id of %s (0..%lld)\n",
-                (long long)(p - text.s), p, tok_path, (long long)fm_tok_vocab_size(tok) - 1);
+                (long long)(p - c.text.s), p, tok_path, (long long)V - 1);
       rc = FM_EINVAL;
       break;
     }
-    if (n == cap) ids = fm_xrealloc(ids, sizeof *ids * (size_t)(cap = cap ? 2 * cap : 1024));
-    ids[n++] = (int32_t)v;
+    if (c.n == c.cap) c.ids = fm_xrealloc(c.ids, sizeof *c.ids * (size_t)(c.cap = c.cap ? 2 * c.cap : 1024));
+    c.ids[c.n++] = (int32_t)v;
     p = end;
   }
   char *bytes = NULL;
   size_t blen = 0, bcap = 0;
-  if (!rc) rc = fm_tok_decode(tok, ids, n, &bytes, &blen, &bcap);
+  if (!rc) rc = fm_tok_decode(c.tok, c.ids, c.n, &bytes, &blen, &bcap);
   if (!rc && blen && fwrite(bytes, 1, blen, out) != blen) rc = FM_EIO;
   free(bytes);
-  free(ids);
-  fm_str_free(&text);
-  fm_tok_free(tok);
-  return rc;
+  return cli_end(&c, rc);
 }

@@ -19,25 +19,14 @@ typedef struct Corpus {
   FILE *err;
 } Corpus;
 
-typedef struct Miss {
-  const FmDeck *deck;
-  FILE *err;
-} Miss;
-
-static int miss(void *ctx, int i, const char *pattern) {
-  const Miss *m = ctx;
-  fm_deck_error(m->deck, m->err, FM_KEY_tokenizer_inputs, "'%s' matches no file", pattern);
-  return FM_EDECK;
-}
-
 static int corpus_files(Corpus *c, const FmDeck *deck, FmComm *world, FILE *err) {
   if (deck->c.tokenizer.inputs_n == 0) {
     if (world->rank == 0) fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "task = 'tokenizer' needs input globs");
     return FM_EDECK;
   }
-  Miss m = {deck, err};
+  FmDeckKeyErr m = {deck, err, FM_KEY_tokenizer_inputs};
   FmFileList fl;
-  int rc = fm_comm_glob(world, deck->c.tokenizer.inputs, deck->c.tokenizer.inputs_n, miss, &m, &fl);
+  int rc = fm_comm_glob(world, deck->c.tokenizer.inputs, deck->c.tokenizer.inputs_n, fm_deck_glob_miss, &m, &fl);
   if (rc) return rc;
   c->files = fl.path;
   c->nfiles = fl.n;

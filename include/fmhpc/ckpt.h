@@ -72,8 +72,8 @@ typedef struct FmCkptState {
   float *w;                    /* (params->numel) the flat vector: the write reads [lo,hi), a read fills it */
   int64_t lo, hi;              /* this rank's ZeRO-1 shard (multiples of FM_CKPT_BLOCK or numel) */
   int nstate;                  /* optimizer state arrays */
-  const char *state_names[FM_OPTIM_MAX_STATE]; /* "optim.m", ... */
-  float *state[FM_OPTIM_MAX_STATE];            /* (hi-lo) each, element i = flat parameter lo+i */
+  const char *const *state_names;              /* (nstate) "optim.m", ... */
+  float *const *state;                         /* (nstate) arrays of hi-lo, element i = flat parameter lo+i */
   float *amax_prev;                            /* (nblocks) */
   int64_t nblocks;
   FmSpike *spike;

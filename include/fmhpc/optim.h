@@ -6,9 +6,10 @@
  * collectives (runtime.h), the sampled-label backward pass Sophia needs
  * (model/train), checkpoint files (ckpt).
  *
- * Registry. src/optim/optimizers.def lists each optimizer with its fp32 state
- * values per parameter and their names; `fmhpc --check` sizes memory from it
- * and ZeRO-1 shards the state with the parameters.
+ * Registry. src/optim/optimizers.def lists each optimizer, one line; its file
+ * defines its FmOptimKind: deck parameters, fp32 state tensors (as many as it
+ * needs), update and optional per-step hook. `fmhpc --check` sizes memory
+ * from the state count and ZeRO-1 shards the state with the parameters.
  *
  * Update rules (t is the 1-based optimizer step, lr the value for step t from
  * fm_lr_at, wd = weight_decay where the parameter decays and 0 elsewhere):
@@ -32,14 +33,19 @@
  *             mh = m/(1-b1^t) if sophia_debias (Levanter) else m (paper)
  *             u = clip(mh / max(gamma*h, eps), -1, 1)
  *             w = w - lr*(u + wd*w)   (decay added after the clip: not clipped)
- *           h is updated only by fm_optim_sophia_hessian_update:
+ *           h is updated only by fm_optim_sophia_hessian_update, which
+ *           Sophia's per-step hook (fm_optim_before_step) calls:
  *             h = b2*h + (1-b2)*(ghat*ghat*B)
  *           where ghat is the gradient of the mean loss over B tokens whose
  *           labels were sampled from the model's own softmax (Algorithm 2:
  *           hhat = B * ghat (.) ghat). Timing follows the paper's Algorithm 3:
  *           on steps t with fm_optim_hessian_due (t mod k == 1, i.e. t = 1,
- *           k+1, 2k+1, ...) the train loop computes ghat at the current
- *           weights and calls the Hessian update BEFORE fm_optim_step(t).
+ *           k+1, 2k+1, ...) the hook samples labels, has the train loop
+ *           compute ghat at the current weights (FmOptimStepIo) and updates
+ *           h BEFORE fm_optim_step(t). A label is a pure function of (seed,
+ *           step, global token index): the uniform u = fm_rng_uniform(seed,
+ *           FM_RNG_HESSIAN, step, index) times the row's softmax sum, and the
+ *           label the first id whose running sum exceeds it.
  *           (Levanter instead refreshes h after steps k, 2k, ... from the
  *           pre-update weights and so runs its first k steps with h = 0; the
  *           paper's order gives every step a curvature estimate.) NaN in m
@@ -59,17 +65,51 @@
 #include "fmhpc/deck.h"
 #include "fmhpc/tensor.h"
 
-#define FM_OPTIM_MAX_STATE 2
-
 typedef struct FmOptim FmOptim;
+typedef struct FmOptimParams FmOptimParams;
 typedef void (*FmOptimStepFn)(FmOptim *o, float *w, const float *g, int64_t t, float lr);
+
+/* The shape of the training run, for a hook's buffers (sized once, at setup). */
+typedef struct FmOptimRunShape {
+  int64_t nmicro;      /* this rank's micro-batches per step */
+  int64_t first_micro; /* the global index of this rank's first one */
+  int64_t b, T, V;     /* sequences per micro-batch, tokens per sequence, vocabulary */
+  uint64_t seed;       /* &run seed */
+} FmOptimRunShape;
+
+/* What a per-step hook may ask of the train loop for step `step` (0-based;
+ * the optimizer step is t = step + 1). */
+typedef struct FmOptimStepIo {
+  int64_t step;
+  int64_t ntokens; /* unmasked targets of the step over all ranks */
+  void *ctx;       /* the train loop's, passed back to the two calls */
+  /* Logits (nrows, V) into out of rows (b*T + t indices) of micro-batch `micro`. */
+  void (*logits)(void *ctx, int64_t micro, const int64_t *rows, int64_t nrows, float *out);
+  /* The gradient of the step's weighted loss with targets[micro] (b*T each)
+   * for labels, reduced onto this rank's shard: returns the shard (element
+   * lo onward); *nonfinite when any rank saw NaN/Inf. */
+  const float *(*grad_shard)(void *ctx, const int32_t *const *targets, bool *nonfinite);
+} FmOptimStepIo;
+
+/* An optional per-step hook: buffers sized at fm_optim_setup_run (never per
+ * step), work done before each step's update (fm_optim_before_step), freed
+ * with the optimizer. */
+typedef struct FmOptimHook {
+  void (*setup)(FmOptim *o, const FmOptimRunShape *s);
+  void (*before_step)(FmOptim *o, const FmOptimStepIo *io);
+  void (*free)(FmOptim *o);
+} FmOptimHook;
 
 typedef struct FmOptimKind {
   const char *name;
   const char *desc;
-  int state_per_param;                         /* fp32 values per parameter (AdamW: m, v) */
-  const char *state_names[FM_OPTIM_MAX_STATE]; /* tensor names: "optim.m", "optim.v" */
-  FmOptimStepFn step;                          /* the shard update (adamw.c, lion.c, sophia.c) */
+  int state_per_param;            /* fp32 values per parameter (AdamW: m, v) */
+  const char *const *state_names; /* state_per_param tensor names: "optim.m", "optim.v" */
+  /* This optimizer's &optim keys into p (betas, eps and its own); the
+   * shared ones (weight decay and its mask) are set before. FM_EDECK at the key. */
+  int (*params)(FmOptimParams *p, const FmDeck *deck, FILE *err);
+  FmOptimStepFn step;      /* the shard update (adamw.c, lion.c, sophia.c) */
+  const FmOptimHook *hook; /* NULL: no per-step work */
 } FmOptimKind;
 
 const FmOptimKind *fm_optim_find(const char *name);
@@ -79,14 +119,14 @@ const FmOptimKind *fm_optim_at(int i);
 /* Hyperparameters, from the deck (fm_optim_params_from_deck) or set by hand
  * (tests). beta1/beta2 are the chosen optimizer's pair (betas, lion_betas or
  * sophia_betas). */
-typedef struct FmOptimParams {
+struct FmOptimParams {
   const FmOptimKind *kind;
   double beta1, beta2, eps, weight_decay;
   bool decay_norms, decay_biases, decay_embeddings;
   double sophia_gamma; /* &optim sophia_rho */
   int64_t sophia_k;    /* Hessian refresh interval */
   bool sophia_bias_correction;
-} FmOptimParams;
+};
 
 /* Fill p from &optim; rule errors (unknown name, wrong beta count) go to err
  * at the key's origin and return FM_EDECK. */
@@ -112,6 +152,12 @@ void fm_optim_free(FmOptim *o);
  * t >= 1 is the optimizer step (bias corrections use it); lr for this step. */
 void fm_optim_step(FmOptim *o, float *w_shard, const float *g_shard, int64_t t, float lr);
 
+/* The run's shape for the optimizer's hook (buffers sized here, once); a
+ * no-op for optimizers without one. Call before the first step. */
+void fm_optim_setup_run(FmOptim *o, const FmOptimRunShape *s);
+/* The per-step hook, before fm_optim_step of step io->step (no-op without). */
+void fm_optim_before_step(FmOptim *o, const FmOptimStepIo *io);
+
 /* Sophia: whether step t refreshes the Hessian estimate (t mod k == 1, or
  * every step for k == 1); always false for other optimizers. */
 bool fm_optim_hessian_due(const FmOptim *o, int64_t t);
@@ -128,6 +174,10 @@ int fm_optim_sophia_hessian_update(FmOptim *o, const float *ghat_shard, int64_t 
  * (the step count is the train loop's). */
 const FmTensorTable *fm_optim_state_table(const FmOptim *o);
 float *fm_optim_state_data(FmOptim *o);
+/* The state arrays and their names (fm_optim_state_table's n of each), for
+ * a checkpoint. */
+const char *const *fm_optim_state_names(const FmOptim *o);
+float *const *fm_optim_state_arrays(const FmOptim *o);
 int64_t fm_optim_lo(const FmOptim *o);
 int64_t fm_optim_hi(const FmOptim *o);
 const FmOptimParams *fm_optim_params(const FmOptim *o);
@@ -144,16 +194,30 @@ bool fm_optim_decays(const FmOptimParams *p, uint32_t flags);
 void fm_zero_range(int64_t n, int64_t align, int nranks, int rank, int64_t *lo, int64_t *hi);
 
 /* ---- learning-rate schedules (schedule.c) ------------------------------- */
-typedef enum { FM_SCHED_CONSTANT, FM_SCHED_COSINE, FM_SCHED_LINEAR, FM_SCHED_WSD } FmSchedKind;
+/* Registry: src/optim/schedules.def, one line per schedule; its file defines
+ * its FmSchedKind. */
+typedef struct FmSchedule FmSchedule;
+typedef struct FmSchedKind {
+  const char *name;
+  const char *desc;
+  /* The lr for step t > W (the warmup W is common to every schedule). */
+  double (*after_warmup)(const FmSchedule *s, int64_t t);
+  /* Optional rules on the deck's values (NULL: none); FM_EDECK at the key. */
+  int (*check)(const FmSchedule *s, const FmDeck *deck, FILE *err);
+} FmSchedKind;
 
-typedef struct FmSchedule {
-  FmSchedKind kind;
+const FmSchedKind *fm_schedule_find(const char *name); /* case-insensitive; NULL if none */
+int fm_schedule_count(void);
+const FmSchedKind *fm_schedule_at(int i);
+
+struct FmSchedule {
+  const FmSchedKind *kind;
   double lr;             /* peak */
   double min_lr_ratio;   /* final lr = min_lr_ratio * lr */
   double decay_fraction; /* wsd: the last D = round(decay_fraction*steps) steps decay */
   int64_t warmup;        /* warmup steps W */
   int64_t steps;         /* total optimizer steps T */
-} FmSchedule;
+};
 
 /* From &optim and &train steps; FM_EDECK (at the key) if warmup_steps > steps. */
 int fm_schedule_from_deck(FmSchedule *s, const FmDeck *deck, FILE *err);
@@ -167,9 +231,14 @@ int fm_schedule_from_deck(FmSchedule *s, const FmDeck *deck, FILE *err);
  *               2024): lr until the last D steps, D = round(decay_fraction*T)
  *               clamped to [1, T-W], then a LINEAR cooldown
  *               lr * (f + (1-f) * (T - t)/D)  (t = T gives f*lr)
- * so the last step T runs at exactly min_lr_ratio*lr (constant: lr), and
- * t > T stays there. This is optax's join_schedules(linear_schedule(0, lr,
- * W), cosine_decay_schedule(lr, T-W, alpha=f)) evaluated at count = t, and
+ *     inv_sqrt: lr * sqrt(W / t)  (Vaswani et al. 2017, "Attention Is All You
+ *               Need", section 5.3, with the peak lr in place of
+ *               d_model^-0.5; fairseq's inverse_sqrt). It needs W >= 1 (W = 0
+ *               would give 0 for every step: a deck error at warmup_steps),
+ *               ignores min_lr_ratio and T, and keeps decaying past T.
+ * so the last step T runs at exactly min_lr_ratio*lr (constant: lr;
+ * inv_sqrt: lr*sqrt(W/T)), and t > T stays there (inv_sqrt: decays on). This is optax's
+ * join_schedules(linear_schedule(0, lr, W), cosine_decay_schedule(lr, T-W, alpha=f)) evaluated at count = t, and
  * torch's CosineAnnealingLR(T_max=T-W, eta_min=f*lr) after t-W scheduler
  * steps. t <= 0 gives 0 when W > 0, lr when W = 0 (p = 0). */
 double fm_lr_at(const FmSchedule *s, int64_t t);

@@ -1,4 +1,5 @@
-/* adamw.c: the AdamW shard update (torch.optim.AdamW; optim.h). Each decay
+/* adamw.c: the AdamW optimizer kind: &optim betas and eps, state m and v,
+ * the shard update (torch.optim.AdamW; optim.h). Each decay
  * segment calls the backend's adamw_update op, whose body
  * (src/tensor/elementwise.h) is shared with the CUDA kernel, so both backends
  * give the same bits. */
@@ -6,7 +7,7 @@
 
 #include "optim_internal.h"
 
-void fm__optim_step_adamw(FmOptim *o, float *w, const float *g, int64_t t, float lr) {
+static void step(FmOptim *o, float *w, const float *g, int64_t t, float lr) {
   const FmOptimParams *p = &o->p;
   /* Bias corrections in double, rounded once (torch computes them in Python floats). */
   const float bc1 = (float)(1.0 - pow(p->beta1, (double)t));
@@ -19,3 +20,14 @@ void fm__optim_step_adamw(FmOptim *o, float *w, const float *g, int64_t t, float
                         bc2);
   }
 }
+
+static int params(FmOptimParams *p, const FmDeck *deck, FILE *err) {
+  const FmConfig *c = &deck->c;
+  p->eps = c->optim.eps;
+  return fm__optim_take_betas(p, deck, FM_KEY_optim_betas, c->optim.betas, c->optim.betas_n, err);
+}
+
+static const char *const state_names[] = {"optim.m", "optim.v"};
+
+const FmOptimKind fm__optim_adamw = {
+    "adamw", "AdamW: first and second moments, decoupled weight decay", 2, state_names, params, step, NULL};

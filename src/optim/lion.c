@@ -1,7 +1,8 @@
-/* lion.c: the Lion shard update (Chen et al. 2023; optim.h). */
+/* lion.c: the Lion optimizer kind: &optim lion_betas, one state (m), the
+ * shard update (Chen et al. 2023; optim.h). */
 #include "optim_internal.h"
 
-void fm__optim_step_lion(FmOptim *o, float *w, const float *g, int64_t t, float lr) {
+static void step(FmOptim *o, float *w, const float *g, int64_t t, float lr) {
   const FmOptimParams *p = &o->p;
   const float b1 = (float)p->beta1, omb1 = (float)(1.0 - p->beta1);
   const float b2 = (float)p->beta2, omb2 = (float)(1.0 - p->beta2);
@@ -12,3 +13,13 @@ void fm__optim_step_lion(FmOptim *o, float *w, const float *g, int64_t t, float 
     o->be->lion_update(w + a, m + a, g + a, b - a, lr, b1, omb1, b2, omb2, wd);
   }
 }
+
+static int params(FmOptimParams *p, const FmDeck *deck, FILE *err) {
+  const FmConfig *c = &deck->c;
+  p->eps = c->optim.eps; /* unused by the rule; kept as the deck says */
+  return fm__optim_take_betas(p, deck, FM_KEY_optim_lion_betas, c->optim.lion_betas, c->optim.lion_betas_n, err);
+}
+
+static const char *const state_names[] = {"optim.m"};
+
+const FmOptimKind fm__optim_lion = {"lion", "Lion: one momentum, sign update", 1, state_names, params, step, NULL};

@@ -1,6 +1,7 @@
 /* optim.c: the optimizer registry (optimizers.def), hyperparameters from the
- * deck, the ZeRO-1 optimizer object (shard, zeroed state, state table, weight
- * decay segments) and step dispatch. The update rules live in adamw.c, lion.c
+ * deck (the shared keys here, each kind's own in its file), the ZeRO-1
+ * optimizer object (shard, zeroed state, state table, weight decay segments),
+ * step and hook dispatch. The update rules live in adamw.c, lion.c
  * and sophia.c; schedules, clipping, the shard map and spike skipping in their
  * own files. */
 #include <math.h>
@@ -10,29 +11,28 @@
 #include "fmhpc/core.h"
 #include "optim_internal.h"
 
-static const FmOptimKind registry[] = {
-#define FM_OPTIM(n, state, s0, s1, desc) {#n, desc, state, {s0, s1}, fm__optim_step_##n},
+static const FmOptimKind *const registry[] = {
+#define FM_OPTIM(n) &fm__optim_##n,
 #include "optimizers.def"
 #undef FM_OPTIM
 };
 
 int fm_optim_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
-const FmOptimKind *fm_optim_at(int i) { return &registry[i]; }
+const FmOptimKind *fm_optim_at(int i) { return registry[i]; }
 
 const FmOptimKind *fm_optim_find(const char *name) {
   for (int i = 0; i < fm_optim_count(); i++)
-    if (fm_strcasecmp(registry[i].name, name) == 0) return &registry[i];
+    if (fm_strcasecmp(registry[i]->name, name) == 0) return registry[i];
   return NULL;
 }
 
-/* A (beta1, beta2) array key: exactly two values. */
-static int take_betas(double *b1, double *b2, const FmDeck *deck, int key, const double *v, int n, FILE *err) {
+int fm__optim_take_betas(FmOptimParams *p, const FmDeck *deck, int key, const double *v, int n, FILE *err) {
   if (n != 2) {
     fm_deck_error(deck, err, key, "needs two values (beta1, beta2), got %d", n);
     return FM_EDECK;
   }
-  *b1 = v[0];
-  *b2 = v[1];
+  p->beta1 = v[0];
+  p->beta2 = v[1];
   return 0;
 }
 
@@ -44,23 +44,11 @@ int fm_optim_params_from_deck(FmOptimParams *p, const FmDeck *deck, FILE *err) {
     fm_deck_error(deck, err, FM_KEY_optim_name, "no such optimizer in optimizers.def");
     return FM_EDECK;
   }
-  p->eps = c->optim.eps;
   p->weight_decay = c->optim.weight_decay;
   p->decay_norms = c->optim.decay_norms;
   p->decay_biases = c->optim.decay_biases;
   p->decay_embeddings = c->optim.decay_embeddings;
-  p->sophia_gamma = c->optim.sophia_rho;
-  p->sophia_k = c->optim.sophia_k;
-  p->sophia_bias_correction = c->optim.sophia_debias;
-  if (strcmp(p->kind->name, "lion") == 0)
-    return take_betas(&p->beta1, &p->beta2, deck, FM_KEY_optim_lion_betas, c->optim.lion_betas, c->optim.lion_betas_n,
-                      err);
-  if (strcmp(p->kind->name, "sophia") == 0) {
-    p->eps = c->optim.sophia_eps;
-    return take_betas(&p->beta1, &p->beta2, deck, FM_KEY_optim_sophia_betas, c->optim.sophia_betas,
-                      c->optim.sophia_betas_n, err);
-  }
-  return take_betas(&p->beta1, &p->beta2, deck, FM_KEY_optim_betas, c->optim.betas, c->optim.betas_n, err);
+  return p->kind->params(p, deck, err);
 }
 
 bool fm_optim_decays(const FmOptimParams *p, uint32_t flags) {
@@ -104,7 +92,11 @@ FmOptim *fm_optim_create(const FmOptimParams *p, const FmTensorTable *params, in
   const int ns = p->kind->state_per_param;
   o->state = fm_xcalloc((size_t)(ns * n > 0 ? ns * n : 1), sizeof(float));
   fm_table_init(&o->table);
-  for (int j = 0; j < ns; j++) fm_table_add(&o->table, p->kind->state_names[j], FM_DT_F32, 0, FM_TP_NONE, 1, &n);
+  o->arrays = fm_xcalloc((size_t)(ns > 0 ? ns : 1), sizeof *o->arrays);
+  for (int j = 0; j < ns; j++) {
+    fm_table_add(&o->table, p->kind->state_names[j], FM_DT_F32, 0, FM_TP_NONE, 1, &n);
+    o->arrays[j] = fm__optim_state(o, j);
+  }
   build_segments(o, params);
   return o;
 }
@@ -121,6 +113,8 @@ int fm_optim_create_from_deck(FmOptim **out, const FmDeck *deck, const FmTensorT
 
 void fm_optim_free(FmOptim *o) {
   if (!o) return;
+  if (o->p.kind->hook && o->p.kind->hook->free) o->p.kind->hook->free(o);
+  free(o->arrays);
   fm_table_free(&o->table);
   free(o->state);
   free(o->seg);
@@ -131,13 +125,18 @@ void fm_optim_step(FmOptim *o, float *w_shard, const float *g_shard, int64_t t, 
   o->p.kind->step(o, w_shard, g_shard, t, lr);
 }
 
-bool fm_optim_hessian_due(const FmOptim *o, int64_t t) {
-  if (strcmp(o->p.kind->name, "sophia") != 0 || t < 1) return false;
-  return (t - 1) % o->p.sophia_k == 0;
+void fm_optim_setup_run(FmOptim *o, const FmOptimRunShape *s) {
+  if (o->p.kind->hook && o->p.kind->hook->setup) o->p.kind->hook->setup(o, s);
+}
+
+void fm_optim_before_step(FmOptim *o, const FmOptimStepIo *io) {
+  if (o->p.kind->hook && o->p.kind->hook->before_step) o->p.kind->hook->before_step(o, io);
 }
 
 const FmTensorTable *fm_optim_state_table(const FmOptim *o) { return &o->table; }
 float *fm_optim_state_data(FmOptim *o) { return o->state; }
+const char *const *fm_optim_state_names(const FmOptim *o) { return o->p.kind->state_names; }
+float *const *fm_optim_state_arrays(const FmOptim *o) { return o->arrays; }
 int64_t fm_optim_lo(const FmOptim *o) { return o->lo; }
 int64_t fm_optim_hi(const FmOptim *o) { return o->hi; }
 const FmOptimParams *fm_optim_params(const FmOptim *o) { return &o->p; }

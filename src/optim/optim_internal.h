@@ -20,14 +20,18 @@ struct FmOptim {
   FmTensorTable table; /* state tensors over `state` */
   FmOptimSeg *seg;     /* decay segments covering [lo, hi), in order */
   int nseg;
+  float **arrays; /* (state_per_param) pointers into `state`, for checkpoints */
+  void *hook;     /* the kind's hook state (FmOptimHook), or NULL */
 };
 
-/* The state array `j` (0: m, 1: v or h) of the shard. */
+/* The state array `j` (in the kind's state_names order) of the shard. */
 static inline float *fm__optim_state(FmOptim *o, int j) { return o->state + (int64_t)j * (o->hi - o->lo); }
 
-#define FM_OPTIM(n, state, s0, s1, desc) \
-  void fm__optim_step_##n(FmOptim *o, float *w, const float *g, int64_t t, float lr);
+#define FM_OPTIM(n) extern const FmOptimKind fm__optim_##n;
 #include "optimizers.def"
 #undef FM_OPTIM
+
+/* A (beta1, beta2) array key: exactly two values (optim.c). */
+int fm__optim_take_betas(FmOptimParams *p, const FmDeck *deck, int key, const double *v, int n, FILE *err);
 
 #endif

@@ -1,7 +1,8 @@
-/* schedule.c: learning-rate schedules (warmup, then cosine, linear, constant
- * or warmup-stable-decay), a pure function of the step in double so a resumed
- * run gets the same lr bits. optim.h states the formulas and the references
- * (optax, torch CosineAnnealingLR) they match. */
+/* schedule.c: learning-rate schedules: the registry (schedules.def), the
+ * common warmup, and the built-in kinds (constant, cosine, linear,
+ * warmup-stable-decay), each a pure function of the step in double so a
+ * resumed run gets the same lr bits. optim.h states the formulas and the
+ * references (optax, torch CosineAnnealingLR) they match. */
 #include <math.h>
 
 #include "fmhpc/core.h"
@@ -9,20 +10,29 @@
 
 #define FM_PI 3.14159265358979323846 /* M_PI is not C11 */
 
+#define FM_SCHED(n) extern const FmSchedKind fm__sched_##n;
+#include "schedules.def"
+#undef FM_SCHED
+
+static const FmSchedKind *const registry[] = {
+#define FM_SCHED(n) &fm__sched_##n,
+#include "schedules.def"
+#undef FM_SCHED
+};
+
+int fm_schedule_count(void) { return (int)(sizeof registry / sizeof registry[0]); }
+const FmSchedKind *fm_schedule_at(int i) { return registry[i]; }
+
+const FmSchedKind *fm_schedule_find(const char *name) {
+  for (int i = 0; i < fm_schedule_count(); i++)
+    if (fm_strcasecmp(registry[i]->name, name) == 0) return registry[i];
+  return NULL;
+}
+
 int fm_schedule_from_deck(FmSchedule *s, const FmDeck *deck, FILE *err) {
   const FmConfig *c = &deck->c;
-  static const struct {
-    const char *name;
-    FmSchedKind kind;
-  } kinds[] = {
-      {"constant", FM_SCHED_CONSTANT}, {"cosine", FM_SCHED_COSINE}, {"linear", FM_SCHED_LINEAR}, {"wsd", FM_SCHED_WSD}};
-  int found = 0;
-  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
-    if (fm_strcasecmp(c->optim.schedule, kinds[i].name) == 0) {
-      s->kind = kinds[i].kind;
-      found = 1;
-    }
-  if (!found) {
+  s->kind = fm_schedule_find(c->optim.schedule);
+  if (!s->kind) {
     fm_deck_error(deck, err, FM_KEY_optim_schedule, "unknown schedule");
     return FM_EDECK;
   }
@@ -36,7 +46,37 @@ int fm_schedule_from_deck(FmSchedule *s, const FmDeck *deck, FILE *err) {
                   (long long)s->steps);
     return FM_EDECK;
   }
-  return 0;
+  return s->kind->check ? s->kind->check(s, deck, err) : 0;
+}
+
+double fm_lr_at(const FmSchedule *s, int64_t t) {
+  const int64_t W = s->warmup;
+  if (W > 0 && t <= W) return t <= 0 ? 0.0 : s->lr * (double)t / (double)W;
+  if (t <= W) return s->lr; /* no warmup, t <= 0 */
+  return s->kind->after_warmup(s, t);
+}
+
+/* ---- the built-in kinds (t > W) -------------------------------------------- */
+
+/* p = (t - W) / (T - W) in (0, 1) for a decaying schedule, or -1 once t >= T
+ * (also T == W: nothing left to decay), where the lr is f*lr. */
+static double progress(const FmSchedule *s, int64_t t) {
+  if (t >= s->steps) return -1.0;
+  return (double)(t - s->warmup) / (double)(s->steps - s->warmup);
+}
+
+static double constant_lr(const FmSchedule *s, int64_t t) { return s->lr; }
+
+static double cosine_lr(const FmSchedule *s, int64_t t) {
+  const double lr = s->lr, f = s->min_lr_ratio, p = progress(s, t);
+  if (p < 0) return f * lr;
+  return lr * (f + (1.0 - f) * 0.5 * (1.0 + cos(FM_PI * p)));
+}
+
+static double linear_lr(const FmSchedule *s, int64_t t) {
+  const double lr = s->lr, f = s->min_lr_ratio, p = progress(s, t);
+  if (p < 0) return f * lr;
+  return lr * (f + (1.0 - f) * (1.0 - p));
 }
 
 /* WSD's cooldown length D: round(decay_fraction*T) in [1, T-W]. */
@@ -46,25 +86,16 @@ static int64_t wsd_decay_steps(const FmSchedule *s) {
   return d < 1 ? 1 : d;
 }
 
-double fm_lr_at(const FmSchedule *s, int64_t t) {
+static double wsd_lr(const FmSchedule *s, int64_t t) {
   const double lr = s->lr, f = s->min_lr_ratio;
-  const int64_t W = s->warmup, T = s->steps;
-  if (W > 0 && t <= W) return t <= 0 ? 0.0 : lr * (double)t / (double)W;
-  if (s->kind == FM_SCHED_CONSTANT || t <= W) return lr; /* t <= W here: no warmup, t <= 0 */
-  if (t >= T) return f * lr;                             /* also T == W: nothing left to decay */
-  const double p = (double)(t - W) / (double)(T - W);
-  switch (s->kind) {
-    case FM_SCHED_COSINE:
-      return lr * (f + (1.0 - f) * 0.5 * (1.0 + cos(FM_PI * p)));
-    case FM_SCHED_LINEAR:
-      return lr * (f + (1.0 - f) * (1.0 - p));
-    case FM_SCHED_WSD: {
-      const int64_t D = wsd_decay_steps(s);
-      if (t <= T - D) return lr;
-      return lr * (f + (1.0 - f) * (double)(T - t) / (double)D);
-    }
-    case FM_SCHED_CONSTANT:
-      break;
-  }
-  return lr;
+  const int64_t T = s->steps;
+  if (t >= T) return f * lr;
+  const int64_t D = wsd_decay_steps(s);
+  if (t <= T - D) return lr;
+  return lr * (f + (1.0 - f) * (double)(T - t) / (double)D);
 }
+
+const FmSchedKind fm__sched_constant = {"constant", "the peak lr after warmup", constant_lr, NULL};
+const FmSchedKind fm__sched_cosine = {"cosine", "cosine decay to min_lr_ratio*lr at the last step", cosine_lr, NULL};
+const FmSchedKind fm__sched_linear = {"linear", "linear decay to min_lr_ratio*lr at the last step", linear_lr, NULL};
+const FmSchedKind fm__sched_wsd = {"wsd", "warmup-stable-decay: constant, then a linear cooldown", wsd_lr, NULL};

@@ -45,9 +45,6 @@ typedef struct Run {
   FmBatch *mb;                      /* (count) micro-batches of the current step */
   float *weights;                   /* (count, b*T) token weights */
   int64_t *ids;                     /* (b) sample ids of one micro-batch */
-  int64_t *rows;                    /* (T) Sophia: the rows of one sequence */
-  int32_t *sampled;                 /* (count*b*T) Sophia's sampled labels */
-  float *logits;                    /* (T, V) Sophia's sampling rows */
   double *mloss, *mloss_all;        /* per micro-batch loss sums: mine, all (M) */
   FmReduce red;
   FmOptim *opt;
@@ -110,38 +107,24 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
   return loss;
 }
 
-/* Sophia-G's Gauss-Newton-Bartlett estimate (Liu et al. 2023, Algorithm 2):
- * the gradient of the loss on labels sampled from the model's own softmax.
- * A label is a pure function of (seed, step, global token index). */
-static void sophia_hessian(Run *r, int64_t step, int64_t ntokens) {
-  const int64_t T = r->T, V = r->dims.V, bt = r->b * T;
-  int32_t **targets = fm_xcalloc((size_t)r->count, sizeof *targets);
-  for (int64_t i = 0; i < r->count; i++) {
-    targets[i] = r->sampled + i * bt;
-    for (int64_t s = 0; s < r->b; s++) {
-      for (int64_t t = 0; t < T; t++) r->rows[t] = s * T + t;
-      FmModelInput in = model_input(&r->mb[i], NULL);
-      fm_model_logits(r->model, &in, r->rows, T, r->logits);
-      for (int64_t t = 0; t < T; t++) {
-        const float *z = r->logits + t * V;
-        double mx = -INFINITY, sum = 0, acc = 0;
-        for (int64_t v = 0; v < V; v++) mx = z[v] > mx ? z[v] : mx;
-        for (int64_t v = 0; v < V; v++) sum += exp(z[v] - mx);
-        const uint64_t g = (uint64_t)(((r->first + i) * r->b + s) * T + t);
-        const double u = fm_rng_uniform(r->c->run.seed, FM_RNG_HESSIAN, (uint32_t)step, g) * sum;
-        int64_t v = 0;
-        for (; v < V - 1; v++) {
-          acc += exp(z[v] - mx);
-          if (acc > u) break;
-        }
-        targets[i][s * T + t] = (int32_t)v;
-      }
-    }
-  }
-  bool nonfinite = false;
-  grads_of_step(r, step + 1, (const int32_t *const *)targets, &nonfinite);
-  if (!nonfinite) fm_optim_sophia_hessian_update(r->opt, r->gshard, ntokens);
-  free(targets);
+/* What an optimizer's per-step hook may ask (FmOptimStepIo; Sophia's
+ * Hessian estimate): logits of some rows of one micro-batch, and the step's
+ * gradient with other labels, reduced onto this rank's shard. */
+typedef struct HookCtx {
+  Run *r;
+  int64_t t;
+} HookCtx;
+
+static void hook_logits(void *ctx, int64_t micro, const int64_t *rows, int64_t nrows, float *out) {
+  Run *r = ((HookCtx *)ctx)->r;
+  FmModelInput in = model_input(&r->mb[micro], NULL);
+  fm_model_logits(r->model, &in, rows, nrows, out);
+}
+
+static const float *hook_grad_shard(void *ctx, const int32_t *const *targets, bool *nonfinite) {
+  HookCtx *h = ctx;
+  grads_of_step(h->r, h->t, targets, nonfinite);
+  return h->r->gshard;
 }
 
 /* Numerical policy: a step with a non-finite loss or gradient on any rank is
@@ -173,7 +156,9 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   const int64_t t = step + 1; /* optimizer steps count from 1 */
   const int64_t ntokens = read_step(r, step);
   const double t_data = fm_now_s();
-  if (fm_optim_hessian_due(r->opt, t)) sophia_hessian(r, step, ntokens);
+  HookCtx hc = {r, t};
+  const FmOptimStepIo io = {step, ntokens, &hc, hook_logits, hook_grad_shard};
+  fm_optim_before_step(r->opt, &io);
 
   const double t_grads = fm_now_s();
   bool nonfinite = false;
@@ -317,11 +302,8 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->mloss = fm_xcalloc((size_t)r->count, sizeof *r->mloss);
   r->mloss_all = fm_xcalloc((size_t)r->M, sizeof *r->mloss_all);
   r->gshard = fm_xcalloc((size_t)r->red.S, sizeof *r->gshard);
-  if (fm_optim_params(r->opt)->kind->step == fm_optim_find("sophia")->step) {
-    r->sampled = fm_xcalloc((size_t)(r->count * r->b * r->T), sizeof *r->sampled);
-    r->rows = fm_xcalloc((size_t)r->T, sizeof *r->rows);
-    r->logits = fm_xcalloc((size_t)(r->T * r->dims.V), sizeof *r->logits);
-  }
+  const FmOptimRunShape shape = {r->count, r->first, r->b, r->T, r->dims.V, (uint64_t)c->run.seed};
+  fm_optim_setup_run(r->opt, &shape);
   test_nan_hook_setup(r);
   r->flops_per_step = r->kind->train_flops_per_token(&r->dims) * (double)(r->B * r->T);
   r->peak_flops_rank = c->log.peak_tflops > 0 ? c->log.peak_tflops * 1e12 : measure_peak(r->be);
@@ -332,10 +314,7 @@ static void teardown(Run *r) {
   for (int64_t i = 0; i < (r->count > 0 ? r->count : 1) && r->mb; i++) fm_batch_free(&r->mb[i]);
   free(r->mb);
   free(r->weights);
-  free(r->sampled);
-  free(r->rows);
   free(r->ids);
-  free(r->logits);
   free(r->mloss);
   free(r->mloss_all);
   free(r->gshard);
@@ -409,16 +388,25 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
 /* The run's state as the checkpoint module sees it (pointers into Run). */
 static FmCkptState ckpt_state(Run *r, int64_t step) {
   const FmTensorTable *st = fm_optim_state_table(r->opt);
-  FmCkptState s = {.params = fm_model_params(r->model), .w = fm_model_param_arena(r->model),
-                   .lo = fm_reduce_lo(&r->red), .hi = fm_reduce_hi(&r->red), .nstate = st->n,
-                   .amax_prev = r->red.amax_prev, .nblocks = r->red.nblocks, .spike = &r->spike, .step = step,
-                   .skipped = r->skipped, .redone = r->red.redone, .samples = step * r->B, .seed = r->c->run.seed,
-                   .optim_name = fm_optim_params(r->opt)->kind->name, .model_name = r->kind->name,
-                   .deck_text = r->deck_text, .run_name = r->c->run.name};
-  for (int i = 0; i < st->n && i < FM_OPTIM_MAX_STATE; i++) {
-    s.state_names[i] = st->t[i].name;
-    s.state[i] = fm_optim_state_data(r->opt) + st->t[i].offset;
-  }
+  FmCkptState s = {.params = fm_model_params(r->model),
+                   .w = fm_model_param_arena(r->model),
+                   .lo = fm_reduce_lo(&r->red),
+                   .hi = fm_reduce_hi(&r->red),
+                   .nstate = st->n,
+                   .state_names = fm_optim_state_names(r->opt),
+                   .state = fm_optim_state_arrays(r->opt),
+                   .amax_prev = r->red.amax_prev,
+                   .nblocks = r->red.nblocks,
+                   .spike = &r->spike,
+                   .step = step,
+                   .skipped = r->skipped,
+                   .redone = r->red.redone,
+                   .samples = step * r->B,
+                   .seed = r->c->run.seed,
+                   .optim_name = fm_optim_params(r->opt)->kind->name,
+                   .model_name = r->kind->name,
+                   .deck_text = r->deck_text,
+                   .run_name = r->c->run.name};
   return s;
 }
 

@@ -29,6 +29,8 @@ typedef struct Fix {
   FmSpike spike;
   FmCkptState s;
   float *w, *m, *v, *amax;
+  const char *names[2];
+  float *arrays[2];
 } Fix;
 
 static float wval(int64_t i, int64_t step) { return (float)i * 0.5f + (float)step; }
@@ -52,11 +54,26 @@ static void fix_init(Fix *f, int P, int rank, int64_t step, int fill) {
     for (int k = 0; k < WINDOW; k++) f->spike.buf[k] = 1.0 / (k + 1);
     f->spike.count = 7, f->spike.head = 2, f->spike.skipped = 1, f->spike.consecutive = 0;
   }
-  f->s = (FmCkptState){.params = &f->tab, .w = f->w, .lo = lo, .hi = hi, .nstate = 2,
-                       .state_names = {"optim.m", "optim.v"}, .state = {f->m, f->v}, .amax_prev = f->amax,
-                       .nblocks = nb, .spike = &f->spike, .step = step, .skipped = fill ? 4 : 0,
-                       .redone = fill ? 2 : 0, .samples = step * 12, .seed = 1234, .optim_name = "adamw",
-                       .model_name = "test", .deck_text = "&run task = 'train' /\n"};
+  f->names[0] = "optim.m", f->names[1] = "optim.v";
+  f->arrays[0] = f->m, f->arrays[1] = f->v;
+  f->s = (FmCkptState){.params = &f->tab,
+                       .w = f->w,
+                       .lo = lo,
+                       .hi = hi,
+                       .nstate = 2,
+                       .state_names = f->names,
+                       .state = f->arrays,
+                       .amax_prev = f->amax,
+                       .nblocks = nb,
+                       .spike = &f->spike,
+                       .step = step,
+                       .skipped = fill ? 4 : 0,
+                       .redone = fill ? 2 : 0,
+                       .samples = step * 12,
+                       .seed = 1234,
+                       .optim_name = "adamw",
+                       .model_name = "test",
+                       .deck_text = "&run task = 'train' /\n"};
 }
 
 static void fix_free(Fix *f) {

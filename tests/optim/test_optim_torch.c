@@ -121,7 +121,7 @@ FM_TEST(cosine_vs_torch) {
   fclose(f);
   for (int64_t W = 0; W <= 7; W += 7) {
     FmSchedule s = {
-        .kind = FM_SCHED_COSINE, .lr = hp[0], .min_lr_ratio = hp[1] / hp[0], .warmup = W, .steps = W + h[0]};
+        .kind = fm_schedule_find("cosine"), .lr = hp[0], .min_lr_ratio = hp[1] / hp[0], .warmup = W, .steps = W + h[0]};
     for (int64_t k = 0; k < h[1]; k++) FM_EXPECT_NEAR(fm_lr_at(&s, W + k), lrs[k], 1e-12, 0.0);
   }
   free(lrs);

@@ -394,7 +394,8 @@ FM_TEST(params_from_deck) {
     FM_REQUIRE(fm_optim_params_from_deck(&p, &d, stderr) == 0);
     FM_EXPECT_EQ_STR(p.kind->name, cases[i].name);
     FM_EXPECT(p.beta1 == cases[i].b1 && p.beta2 == cases[i].b2 && p.eps == cases[i].eps);
-    FM_EXPECT(p.weight_decay == 0.1 && !p.decay_norms && p.sophia_k == 10 && p.sophia_bias_correction);
+    FM_EXPECT(p.weight_decay == 0.1 && !p.decay_norms);
+    if (strcmp(cases[i].name, "sophia") == 0) FM_EXPECT(p.sophia_k == 10 && p.sophia_bias_correction);
     fm_deck_free(&d);
   }
 }

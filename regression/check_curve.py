@@ -14,6 +14,8 @@ metrics, ref_path = sys.argv[1], sys.argv[2]
 recs = [json.loads(l) for l in open(metrics)]
 steps = [r for r in recs if r["record"] == "step"]
 evals = {str(r["step"]): r["val_loss"] for r in recs if r["record"] == "eval"}
+if not steps or not evals:
+    sys.exit(f"FAIL: {metrics}: {len(steps)} step and {len(evals)} eval records: nothing to check")
 first = steps[0]["loss"]
 fails = []
 if abs(first - math.log(50257)) > 0.1:
@@ -27,6 +29,8 @@ ref = json.load(open(ref_path))
 final = evals[max(evals, key=int)]
 if not final < ref["threshold"]:
     fails.append(f"final validation loss {final:.4f} is not below the threshold {ref['threshold']}")
+if not ref["val_loss"]:
+    fails.append(f"{ref_path} stores no validation losses: the change guard would compare nothing")
 for step, want in ref["val_loss"].items():
     got = evals.get(step)
     if got is None or abs(got - want) > ref["rel_tol"] * want:

@@ -2,7 +2,7 @@
 # cluster-down.sh DIR: stop what cluster-up.sh DIR started: cancel its jobs,
 # then stop its slurmd, slurmctld and munged, each by the PID in its pid file
 # and only when /proc/PID/comm names that daemon; never by name. Safe to call
-# twice or when nothing runs. Exit 77 (skip) when Slurm is not installed.
+# twice or when nothing runs. Exit 77 (skip; a failure when CI=true) when Slurm is not installed.
 set -euo pipefail
 source "$(dirname "$0")/../oracle.sh"
 

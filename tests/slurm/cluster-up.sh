@@ -7,7 +7,8 @@
 #                        virtual nodes (they share one host: shared-memory
 #                        segments of different "nodes" would collide)
 #   cluster-down.sh DIR  stops exactly the daemons this script started
-# Exit 77 (skip) when slurmctld, slurmd or munged is not installed; any other
+# Exit 77 (skip; a failure when CI=true, tests/oracle.sh) when slurmctld,
+# slurmd or munged is not installed; any other
 # problem is an error. Needs root (SlurmUser=root) and /sys/fs/cgroup mounted.
 # Knobs: FMHPC_SLURM_CPUS (CPUs each node advertises, default max(nproc, 4)),
 # FMHPC_SLURM_PORT (slurmctld port; slurmd ports follow; default derived from

@@ -16,7 +16,7 @@
 #                    and the final weights equal the uninterrupted run's.
 #   two_nodes        the same job on 2 virtual nodes, 1 task each (TCP between
 #                    them): the same bits as on 1 node.
-# Exit 77 (skip) only when slurmctld or munged is not installed.
+# Exit 77 (skip; a failure when CI=true) only when slurmctld or munged is not installed.
 set -euo pipefail
 source "$(dirname "$0")/../oracle.sh"
 [ $# -eq 6 ] || { echo "usage: $0 CASE FMHPC CLUSTER REPO DATA WORK" >&2; exit 2; }

@@ -19,10 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "fmhpc/hash.h"
 #include "fmhpc/json.h"
 #include "fmhpc/progress.h"
-#include "fmhpc/rng.h"
 #include "fmhpc/tokenizer.h"
 
 /* ---- phase 1: windows -------------------------------------------------- */

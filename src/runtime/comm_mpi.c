@@ -7,6 +7,8 @@
  * abort is the caller's business. NCCL lives in comm_nccl.c. */
 #include "fmhpc/runtime.h"
 
+#include "comm_internal.h"
+
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,8 +81,6 @@ static MPI_Datatype mpi_type(FmDType t) {
   return MPI_DATATYPE_NULL;
 }
 
-static int is_float(FmDType t) { return t == FM_DT_F32 || t == FM_DT_F64 || t == FM_DT_BF16; }
-
 static int check_type(const FmComm *c, const char *op, FmDType t, int64_t n) {
   if (mpi_type(t) == MPI_DATATYPE_NULL) return bad_arg(c, op, "unknown element type %d", (int)t);
   if (n < 0) return bad_arg(c, op, "count %lld: must be >= 0", (long long)n);
@@ -88,27 +88,12 @@ static int check_type(const FmComm *c, const char *op, FmDType t, int64_t n) {
 }
 
 /* MPI has no bf16 and fmhpc wants no rounding it did not choose: reduce in
- * f32 (or exact integers) instead. BOR is defined on integers only. */
+ * f32 (or exact integers) instead (comm_internal.h has the rules). */
 static int reduce_op(const FmComm *c, const char *op, FmDType t, FmRedOp r, MPI_Op *mo) {
-  if (t == FM_DT_BF16)
-    return bad_arg(c, op, "bf16 cannot be reduced; hint: cast to f32, or to int64 fixed point where bits matter");
-  switch (r) {
-    case FM_OP_SUM:
-      *mo = MPI_SUM;
-      return 0;
-    case FM_OP_MAX:
-      *mo = MPI_MAX;
-      return 0;
-    case FM_OP_MIN:
-      *mo = MPI_MIN;
-      return 0;
-    case FM_OP_BOR:
-      if (is_float(t))
-        return bad_arg(c, op, "BOR on %s: bitwise OR is defined on integer types only", fm_dtype_name(t));
-      *mo = MPI_BOR;
-      return 0;
-  }
-  return bad_arg(c, op, "unknown reduction %d", (int)r);
+  const char *why = fm__comm_reduce_refusal(t, r);
+  if (why) return bad_arg(c, op, "%s", why);
+  *mo = r == FM_OP_SUM ? MPI_SUM : r == FM_OP_MAX ? MPI_MAX : r == FM_OP_MIN ? MPI_MIN : MPI_BOR;
+  return 0;
 }
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }

@@ -11,6 +11,8 @@
  * outputs are complete when it returns. */
 #include "fmhpc/runtime.h"
 
+#include "comm_internal.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,23 +100,11 @@ static int check_args(const FmComm *c, const char *op, FmDType t, int64_t n) {
 /* The same rules as the MPI side, so code is written once against FmComm;
  * NCCL has no bitwise OR, so BOR is refused here rather than emulated. */
 static int reduce_op(const FmComm *c, const char *op, FmDType t, FmRedOp r, ncclRedOp_t *no) {
-  if (t == FM_DT_BF16)
-    return bad_arg(c, op, FM_EINVAL, "bf16 cannot be reduced; hint: cast to f32, or to int64 fixed point");
-  switch (r) {
-    case FM_OP_SUM:
-      *no = ncclSum;
-      return 0;
-    case FM_OP_MAX:
-      *no = ncclMax;
-      return 0;
-    case FM_OP_MIN:
-      *no = ncclMin;
-      return 0;
-    case FM_OP_BOR:
-      if (t == FM_DT_F32 || t == FM_DT_F64) return bad_arg(c, op, FM_EINVAL, "BOR is defined on integer types only");
-      return bad_arg(c, op, FM_EUNSUPPORTED, "NCCL has no bitwise OR; hint: use the MPI communicator");
-  }
-  return bad_arg(c, op, FM_EINVAL, "unknown reduction");
+  const char *why = fm__comm_reduce_refusal(t, r);
+  if (why) return bad_arg(c, op, FM_EINVAL, why);
+  if (r == FM_OP_BOR) return bad_arg(c, op, FM_EUNSUPPORTED, "NCCL has no bitwise OR; hint: use the MPI communicator");
+  *no = r == FM_OP_SUM ? ncclSum : r == FM_OP_MAX ? ncclMax : ncclMin;
+  return 0;
 }
 
 static int finish(NcclImpl *im) {

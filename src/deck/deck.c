@@ -276,10 +276,8 @@ static void report(Binder *B, int line, int col, const char *group, const char *
     fprintf(B->err, "&%s%s%s%s%s: ", group, key ? " " : "", key ? key : "", value ? " = " : "", value ? value : "");
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(B->err, fmt, ap);
+  fm_vsay(B->err, hint && *hint ? hint : NULL, fmt, ap);
   va_end(ap);
-  fputc('\n', B->err);
-  if (hint && *hint) fprintf(B->err, "hint: %s\n", hint);
 }
 
 static void report_unknown_group(Binder *B, const char *group, const char *key) {
@@ -741,9 +739,8 @@ void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...)
   fprintf(err, "&%s %s = %s: ", ki->group, ki->name, v.s);
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(err, fmt, ap);
+  fm_vsay(err, NULL, fmt, ap);
   va_end(ap);
-  fputc('\n', err);
   fm_str_free(&v);
 }
 

@@ -371,13 +371,15 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
     fm_warn0("cannot write %s", path);
     return;
   }
+  char vbuf[32] = "null"; /* no validation store: JSON has no NaN */
+  if (isfinite(val)) snprintf(vbuf, sizeof vbuf, "%.9e", val);
   fputs("{\"name\": ", f);
   fm_json_write_str(f, r->c->run.name, strlen(r->c->run.name));
   fprintf(f,
           ", \"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
-          "\"val_loss\": %.9e, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
+          "\"val_loss\": %s, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
           "\"dp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
-          (long long)last->step, last->loss, last->loss, val, (long long)last->step * r->B * r->T, secs,
+          (long long)last->step, last->loss, last->loss, vbuf, (long long)last->step * r->B * r->T, secs,
           (long long)r->skipped, (long long)r->red.redone, r->dp->size, hash,
           (long long)fm_model_params(r->model)->numel);
   fclose(f);

@@ -78,13 +78,13 @@ def parse_deck(text):
         if m:
             group = deck.setdefault(m.group(1), {})
             continue
-        m = re.match(r"\s*(\w+)\s*=\s*('([^']*)'|[^!\s]+)", line)
+        m = re.match(r"\s*(\w+)\s*=\s*(?:'([^']*)'|([^!]*))", line)
         if m and group is not None:
-            v = m.group(3) if m.group(3) is not None else m.group(2)
-            if m.group(3) is None:
-                v = {".true.": True, ".false.": False}.get(v.lower(), v)
-                if isinstance(v, str):
-                    v = float(v.rstrip(",")) if re.search(r"[.eE]", v) else int(v.rstrip(","))
+            v = m.group(2)
+            if v is None:  # numbers and logicals, one or a comma-separated list
+                vals = [{".true.": True, ".false.": False}.get(x.lower(), x) for x in m.group(3).replace(",", " ").split()]
+                vals = [x if not isinstance(x, str) else float(x) if re.search(r"[.eEdD]", x) else int(x) for x in vals]
+                v = vals[0] if len(vals) == 1 else vals
             group[m.group(1)] = v
     return deck
 

@@ -275,6 +275,70 @@ FM_TEST(matmul_fwd_bwd) {
   report("matmul_fwd+bwd (GEMM wrapper + bias/dbias kernels)", 3);
 }
 
+/* ---- attention ------------------------------------------------------------------ */
+/* q, k, v inside one fused row (ldq = ldkv = (NH + 2 NKV) HS, as GPT-2's qkv
+ * buffer), GQA, documents (seg) and none, HS below, at and past a warp's 32
+ * lanes. The kernel sums in another order and uses libm's expf, the CPU op
+ * blockwise sgemm and its own expf: out and lse within 2e-5 (1 + |cpu|);
+ * dq/dk/dv within 1e-4 of the largest |element| of the CPU's array (fp32
+ * sums over at most T * NH/NKV terms of size <= that). Bits equal across
+ * schedules. */
+static int64_t near_bad(const float *got, const float *want, int64_t n, double rtol, int by_max, const char *what) {
+  double mx = 0.0;
+  for (int64_t i = 0; i < n; i++) mx = fabs((double)want[i]) > mx ? fabs((double)want[i]) : mx;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double tol = by_max ? rtol * mx : rtol * (1.0 + fabs((double)want[i]));
+    if (!(fabs((double)got[i] - (double)want[i]) <= tol) && bad++ < 5)
+      FM__FAIL("%s[%lld] under %s: cuda %.9g cpu %.9g (tol %.3g)", what, (long long)i, fm_simt_schedule_name(), got[i],
+               want[i], tol);
+  }
+  return bad;
+}
+
+FM_TEST(attention_fwd_bwd) {
+  const int64_t shapes[][5] = {{2, 37, 4, 2, 16}, {1, 20, 3, 3, 40}, {2, 9, 2, 1, 32}}; /* B, T, NH, NKV, HS */
+  for (int k = 0; k < 3; k++) {
+    const int64_t B = shapes[k][0], T = shapes[k][1], NH = shapes[k][2], NKV = shapes[k][3], HS = shapes[k][4];
+    const int64_t N = B * T, ld = (NH + 2 * NKV) * HS, NO = N * NH * HS;
+    float *qkv = f32_uniform(N * ld, -1.5, 1.5), *dout = f32_uniform(NO, -1, 1);
+    const float *q = qkv, *kk = qkv + NH * HS, *v = qkv + (NH + NKV) * HS;
+    int32_t *seg = fm_xcalloc((size_t)N, sizeof *seg);
+    for (int64_t n = 0; n < N; n++) seg[n] = (int32_t)((n % T) / 7 + (n % T == 10)); /* uneven documents */
+    for (int withseg = 0; withseg < 2; withseg++) {
+      const int32_t *sg = withseg ? seg : NULL;
+      float *co = f32(NO), *cl = f32(B * NH * T), *cg = f32_uniform(N * ld, -0.1, 0.1);
+      float *g0 = f32_copy(cg, N * ld);
+      cpu()->attention_fwd(co, cl, q, kk, v, ld, ld, sg, B, T, NH, NKV, HS);
+      cpu()->attention_bwd(cg, cg + NH * HS, cg + (NH + NKV) * HS, dout, co, cl, q, kk, v, ld, ld, sg, B, T, NH, NKV,
+                           HS);
+      float *first_o = NULL, *first_g = NULL;
+      for (int s = 0; s < NSCHED; s++) {
+        schedule(s);
+        float *go = f32(NO), *gl = f32(B * NH * T), *gg = f32_copy(g0, N * ld);
+        emu.attention_fwd(go, gl, q, kk, v, ld, ld, sg, B, T, NH, NKV, HS);
+        emu.attention_bwd(gg, gg + NH * HS, gg + (NH + NKV) * HS, dout, co, cl, q, kk, v, ld, ld, sg, B, T, NH, NKV,
+                          HS);
+        FM_EXPECT_EQ_INT(near_bad(go, co, NO, 2e-5, 0, "attention_fwd out"), 0);
+        FM_EXPECT_EQ_INT(near_bad(gl, cl, B * NH * T, 2e-5, 0, "attention_fwd lse"), 0);
+        FM_EXPECT_EQ_INT(near_bad(gg, cg, N * ld, 1e-4, 1, "attention_bwd dq|dk|dv"), 0);
+        if (s == 0) {
+          first_o = go;
+          first_g = gg;
+        } else {
+          EXPECT_BITS("attention_fwd (vs forward schedule)", go, first_o, NO, 4);
+          EXPECT_BITS("attention_bwd (vs forward schedule)", gg, first_g, N * ld, 4);
+          free(go), free(gg);
+        }
+        free(gl);
+      }
+      free(first_o), free(first_g), free(co), free(cl), free(cg), free(g0);
+    }
+    free(qkv), free(dout), free(seg);
+  }
+  report("attention_fwd+bwd (GQA, documents, fused qkv strides)", 6);
+}
+
 /* ---- norms ------------------------------------------------------------------- */
 static const int64_t norm_shapes[][2] = {{5, 13}, {9, 64}, {3, 1}, {7, 1536}, {40, 100}, {33, 8}};
 enum { NNORM = sizeof norm_shapes / sizeof norm_shapes[0] };
@@ -559,6 +623,8 @@ static const char *const tested[] = {
     "sophia_update",
     "sophia_hessian_update",
     /* matmul_fwd_bwd, layernorm_fwd_bwd, rmsnorm_fwd_bwd */
+    "attention_fwd",
+    "attention_bwd",
     "matmul_fwd",
     "matmul_bwd",
     "layernorm_fwd",

@@ -54,6 +54,13 @@ static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) {
 }
 #endif
 
+/* gemm.cu's column-major GEMM (cuBLAS semantics: C (m, n) = alpha op(A)
+ * op(B) + beta C; ta/tb: op = transpose), for the ops built on GEMMs (matmul,
+ * xent). Named per build like the ops, so both builds link into one test. */
+#define fm__gemm_cm FM_CUDA_OP(gemm_cm)
+void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
 /* Elementwise kernels: 256 threads a block, grid-stride loops with int64
  * indices (n may exceed 2^31), and at most FM__CUDA_MAX_BLOCKS blocks: enough
  * to fill an H200 (132 SMs x 8 resident blocks) many times over, small enough

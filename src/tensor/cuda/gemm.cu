@@ -26,8 +26,8 @@
 
 /* ---- the column-major GEMM --------------------------------------------------- */
 #ifdef FM_SIMT
-static void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
-                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = 0; i < m; i++) {
       float acc = 0.0f;
@@ -41,13 +41,13 @@ static void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float a
     }
 }
 #else
-#define FM__CHECK_LT(call)                                                                               \
-  do {                                                                                                   \
-    cublasStatus_t fm__s = (call);                                                                       \
-    if (fm__s != CUBLAS_STATUS_SUCCESS) {                                                                \
-      fm__report_call("cuBLASLt", #call, __FILE__, __LINE__, cublasGetStatusString(fm__s));              \
-      fm_abort_one(1, "cuBLASLt call failed");                                                           \
-    }                                                                                                    \
+#define FM__CHECK_LT(call)                                                                  \
+  do {                                                                                      \
+    cublasStatus_t fm__s = (call);                                                          \
+    if (fm__s != CUBLAS_STATUS_SUCCESS) {                                                   \
+      fm__report_call("cuBLASLt", #call, __FILE__, __LINE__, cublasGetStatusString(fm__s)); \
+      fm_abort_one(1, "cuBLASLt call failed");                                              \
+    }                                                                                       \
   } while (0)
 
 #define FM__GEMM_PLANS    256
@@ -108,8 +108,8 @@ static const FmGemmPlan *fm__gemm_plan(int ta, int tb, int64_t m, int64_t n, int
   return p;
 }
 
-static void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
-                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   const FmGemmPlan *p = fm__gemm_plan(ta, tb, m, n, k, lda, ldb, ldc);
   FM__CHECK_LT(cublasLtMatmul(fm__lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo, fm__lt_ws,
                               (size_t)FM__GEMM_WS_BYTES, fm__cuda_stream()));

@@ -339,6 +339,59 @@ FM_TEST(attention_fwd_bwd) {
   report("attention_fwd+bwd (GQA, documents, fused qkv strides)", 6);
 }
 
+/* ---- classifier + cross-entropy ---------------------------------------------------- */
+/* V = 4500: three vocab chunks of the CPU op's 2048 (the same scratch size),
+ * a masked row whose target is -1 (must not be read), per-row weights. The
+ * loss within 1e-5 relative; dx and dw within 1e-4 of the largest |element|
+ * of the CPU's (fp32 sums of V or N terms of a softmax, in another order,
+ * with libm's expf against the CPU op's). Bits equal across schedules. */
+FM_TEST(xent_fwd_bwd) {
+  const int64_t N = 9, C = 16, V = 4500;
+  float *x = f32_uniform(N * C, -1, 1), *w = f32_uniform(V * C, -1, 1), *wt = f32(N);
+  int32_t *tg = fm_xcalloc((size_t)N, sizeof *tg);
+  for (int64_t n = 0; n < N; n++) {
+    tg[n] = (int32_t)uniform(0, (double)V);
+    wt[n] = (float)(0.5 + n) / 40.0f;
+  }
+  tg[3] = -1; /* masked */
+  wt[3] = 0.0f;
+  tg[4] = 2047; /* the last column of the first chunk */
+  tg[5] = 2048;
+  const int64_t S = fm_cpu_xent_scratch(N, V);
+  float *scratch = f32(S), *cdx = f32_uniform(N * C, -0.1, 0.1), *cdw = f32_uniform(V * C, -0.1, 0.1);
+  float *dx0 = f32_copy(cdx, N * C), *dw0 = f32_copy(cdw, V * C);
+  const double closs = cpu()->xent_fwd_bwd(cdx, cdw, x, w, tg, wt, N, C, V, scratch);
+  const double floss = cpu()->xent_fwd_bwd(NULL, NULL, x, w, tg, wt, N, C, V, scratch);
+  FM_EXPECT(closs == floss);
+  double first_loss = 0.0;
+  float *first_dx = NULL, *first_dw = NULL;
+  for (int s = 0; s < NSCHED; s++) {
+    schedule(s);
+    float *gdx = f32_copy(dx0, N * C), *gdw = f32_copy(dw0, V * C), *gs = f32(S);
+    const double gl = emu.xent_fwd_bwd(gdx, gdw, x, w, tg, wt, N, C, V, gs);
+    const double gf = emu.xent_fwd_bwd(NULL, NULL, x, w, tg, wt, N, C, V, gs);
+    FM_EXPECT(gl == gf);
+    FM_EXPECT_NEAR(gl, closs, 1e-5, 0.0);
+    FM_EXPECT_EQ_INT(near_bad(gdx, cdx, N * C, 1e-4, 1, "xent dx"), 0);
+    FM_EXPECT_EQ_INT(near_bad(gdw, cdw, V * C, 1e-4, 1, "xent dw"), 0);
+    if (s == 0) {
+      first_loss = gl;
+      first_dx = gdx;
+      first_dw = gdw;
+    } else {
+      FM_EXPECT(gl == first_loss);
+      EXPECT_BITS("xent dx (vs forward schedule)", gdx, first_dx, N * C, 4);
+      EXPECT_BITS("xent dw (vs forward schedule)", gdw, first_dw, V * C, 4);
+      free(gdx), free(gdw);
+    }
+    free(gs);
+  }
+  printf("xent: loss cpu %.12g cuda(emulated) %.12g\n", closs, first_loss);
+  free(first_dx), free(first_dw), free(x), free(w), free(wt), free(tg), free(scratch), free(cdx), free(cdw), free(dx0),
+      free(dw0);
+  report("xent_fwd_bwd (3 vocab chunks, a masked row)", 1);
+}
+
 /* ---- norms ------------------------------------------------------------------- */
 static const int64_t norm_shapes[][2] = {{5, 13}, {9, 64}, {3, 1}, {7, 1536}, {40, 100}, {33, 8}};
 enum { NNORM = sizeof norm_shapes / sizeof norm_shapes[0] };
@@ -625,6 +678,7 @@ static const char *const tested[] = {
     /* matmul_fwd_bwd, layernorm_fwd_bwd, rmsnorm_fwd_bwd */
     "attention_fwd",
     "attention_bwd",
+    "xent_fwd_bwd",
     "matmul_fwd",
     "matmul_bwd",
     "layernorm_fwd",

@@ -11,8 +11,8 @@
 # Exit status: ctest's, or 3 when a GPU is visible but gpu tests skipped (the
 # skip probe or the driver is wrong).
 # Not yet here (issue 12): per-op roofline timings at the 1.2B shapes and the
-# 3-step 1.2B training run; they need the GEMM, attention and cross-entropy
-# kernels (ops.def: nocuda).
+# 3-step 1.2B training run twice; they need training on the CUDA backend
+# (train.c runs on host backends today) and a timing harness.
 #   regression/gpu/check.sh                 # from anywhere
 #   BUILD_DIR=/tmp/b JOBS=8 CUDA_ARCHS=90 CMAKE_ARGS="-DFMHPC_WERROR=ON" regression/gpu/check.sh
 set -euo pipefail

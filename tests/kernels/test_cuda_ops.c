@@ -11,6 +11,14 @@
  *     crosses 0 near x = -0.75), so their bound, 14 eps, is relative to the
  *     terms' magnitude |dout| (s + |x s(1-s) dz/dx|): we allow 16 eps of it.
  *     Results whose exp is subnormal get 8 subnormal steps times (1 + |x|).
+ *   Model ops: LayerNorm/RMSNorm out, mean, rstd, dinp, RoPE (positions in
+ *     the host table), embedding fwd/bwd, Lion/Sophia: bitwise; the norms'
+ *     weight gradients within one float rounding; matmul, attention and
+ *     cross-entropy (other summation orders, the device's expf) within the
+ *     tolerances tests/kernels/emu/test_emu_ops.c states; backward passes
+ *     repeat bitwise. cuda_backend_table: NULL exactly where ops.def says
+ *     nocuda.
+ * The same kernels run without a GPU under the SIMT emulator: tests/kernels/emu.
  * Every case skips (exit 77) when the build has no CUDA, or cudaGetDeviceCount
  * returns an error (no driver: error 35) or no device. */
 #include <float.h>
@@ -679,4 +687,87 @@ FM_TEST(matmul_vs_cpu) {
   }
   g->free(dx), g->free(dw_), g->free(dbias), g->free(ddo), g->free(go), g->free(gdi), g->free(gdw), g->free(gdb);
   free(x), free(w), free(bias), free(dout), free(co), free(cdi), free(cdw), free(cdb);
+}
+
+/* Attention (GQA, documents, fused qkv strides) and the classifier with
+ * cross-entropy on the device against the CPU ops, at the emulated tests'
+ * tolerances (tests/kernels/emu/test_emu_ops.c), on larger shapes; a second
+ * backward gives the same bits. */
+static double max_abs(const float *x, int64_t n) {
+  double m = 0.0;
+  for (int64_t i = 0; i < n; i++) m = fabs((double)x[i]) > m ? fabs((double)x[i]) : m;
+  return m;
+}
+
+FM_TEST(attention_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t B = 2, T = 257, NH = 8, NKV = 2, HS = 64, N = B * T, ld = (NH + 2 * NKV) * HS, NO = N * NH * HS;
+  float *qkv = host_f32(N * ld), *dout = host_f32(NO), *co = host_f32(NO), *cl = host_f32(B * NH * T);
+  float *cg = calloc((size_t)(N * ld), sizeof(float));
+  int32_t *seg = fm_xmalloc((size_t)N * sizeof *seg);
+  fill_uniform(qkv, N * ld, -1.5, 1.5);
+  fill_uniform(dout, NO, -1, 1);
+  for (int64_t n = 0; n < N; n++) seg[n] = (int32_t)((n % T) / 100);
+  fm_cpu_attention_fwd(co, cl, qkv, qkv + NH * HS, qkv + (NH + NKV) * HS, ld, ld, seg, B, T, NH, NKV, HS);
+  fm_cpu_attention_bwd(cg, cg + NH * HS, cg + (NH + NKV) * HS, dout, co, cl, qkv, qkv + NH * HS, qkv + (NH + NKV) * HS,
+                       ld, ld, seg, B, T, NH, NKV, HS);
+  float *d_qkv = to_device(g, qkv, N * ld * 4), *d_do = to_device(g, dout, NO * 4);
+  int32_t *d_seg = to_device(g, seg, N * 4);
+  float *d_o = g->alloc(NO * 4), *d_l = g->alloc(B * NH * T * 4), *d_g = g->alloc(N * ld * 4);
+  const float *q = d_qkv, *k = d_qkv + NH * HS, *v = d_qkv + (NH + NKV) * HS;
+  g->attention_fwd(d_o, d_l, q, k, v, ld, ld, d_seg, B, T, NH, NKV, HS);
+  float *ho = from_device(g, d_o, NO * 4), *hl = from_device(g, d_l, B * NH * T * 4), *hg[2];
+  for (int run = 0; run < 2; run++) {
+    g->memset(d_g, 0, N * ld * 4);
+    g->attention_bwd(d_g, d_g + NH * HS, d_g + (NH + NKV) * HS, d_do, d_o, d_l, q, k, v, ld, ld, d_seg, B, T, NH, NKV,
+                     HS);
+    hg[run] = from_device(g, d_g, N * ld * 4);
+  }
+  int64_t bad = 0;
+  const double gm = max_abs(cg, N * ld);
+  for (int64_t i = 0; i < NO; i++)
+    if (!close_to(ho[i], co[i], 2e-5 * (1.0 + fabs(co[i]))))
+      REPORT_FIRST(bad, "out[%lld] %.9g vs %.9g", (long long)i, ho[i], co[i]);
+  for (int64_t i = 0; i < B * NH * T; i++)
+    if (!close_to(hl[i], cl[i], 2e-5 * (1.0 + fabs(cl[i]))))
+      REPORT_FIRST(bad, "lse[%lld] %.9g vs %.9g", (long long)i, hl[i], cl[i]);
+  for (int64_t i = 0; i < N * ld; i++)
+    if (!close_to(hg[0][i], cg[i], 1e-4 * gm))
+      REPORT_FIRST(bad, "dqkv[%lld] %.9g vs %.9g", (long long)i, hg[0][i], cg[i]);
+  FM_EXPECT_EQ_INT(bad, 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(hg[0], hg[1], N * ld, 4), 0);
+  g->free(d_qkv), g->free(d_do), g->free(d_seg), g->free(d_o), g->free(d_l), g->free(d_g);
+  free(qkv), free(dout), free(co), free(cl), free(cg), free(seg), free(ho), free(hl), free(hg[0]), free(hg[1]);
+}
+
+FM_TEST(xent_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t N = 1024, C = 256, V = 50257, S = fm_cpu_xent_scratch(N, V);
+  float *x = host_f32(N * C), *w = host_f32(V * C), *wt = host_f32(N), *scratch = host_f32(S);
+  float *cdx = calloc((size_t)(N * C), 4), *cdw = calloc((size_t)(V * C), 4);
+  int32_t *tg = fm_xmalloc((size_t)N * 4);
+  fill_uniform(x, N * C, -1, 1);
+  fill_uniform(w, V * C, -0.1, 0.1);
+  for (int64_t n = 0; n < N; n++) {
+    tg[n] = n % 17 == 0 ? -1 : (int32_t)rng_uniform(0, (double)V);
+    wt[n] = n % 17 == 0 ? 0.0f : 1.0f / (float)N;
+  }
+  const double closs = fm_cpu_xent_fwd_bwd(cdx, cdw, x, w, tg, wt, N, C, V, scratch);
+  float *dx_ = to_device(g, x, N * C * 4), *dw_ = to_device(g, w, V * C * 4), *dwt = to_device(g, wt, N * 4);
+  int32_t *dtg = to_device(g, tg, N * 4);
+  float *ds = g->alloc(S * 4), *gdx = g->alloc(N * C * 4), *gdw = g->alloc(V * C * 4);
+  g->memset(gdx, 0, N * C * 4);
+  g->memset(gdw, 0, V * C * 4);
+  const double gloss = g->xent_fwd_bwd(gdx, gdw, dx_, dw_, dtg, dwt, N, C, V, ds);
+  FM_EXPECT_NEAR(gloss, closs, 1e-5, 0.0);
+  float *hdx = from_device(g, gdx, N * C * 4), *hdw = from_device(g, gdw, V * C * 4);
+  int64_t bad = 0;
+  const double mx = max_abs(cdx, N * C), mw = max_abs(cdw, V * C);
+  for (int64_t i = 0; i < N * C; i++)
+    if (!close_to(hdx[i], cdx[i], 1e-4 * mx)) REPORT_FIRST(bad, "dx[%lld] %.9g vs %.9g", (long long)i, hdx[i], cdx[i]);
+  for (int64_t i = 0; i < V * C; i++)
+    if (!close_to(hdw[i], cdw[i], 1e-4 * mw)) REPORT_FIRST(bad, "dw[%lld] %.9g vs %.9g", (long long)i, hdw[i], cdw[i]);
+  FM_EXPECT_EQ_INT(bad, 0);
+  g->free(dx_), g->free(dw_), g->free(dwt), g->free(dtg), g->free(ds), g->free(gdx), g->free(gdw);
+  free(x), free(w), free(wt), free(scratch), free(cdx), free(cdw), free(tg), free(hdx), free(hdw);
 }

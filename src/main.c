@@ -155,6 +155,44 @@ static int run_check(const FmDeck *deck, const Args *a, FmComm *world, FILE *out
   return 0;
 }
 
+/* ---- the task registry (src/deck/tasks.def): one adapter per task ------------ */
+typedef int (*TaskFn)(const FmDeck *deck, const Args *a, FmComm *world, FILE *out);
+
+static int task_check(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return run_check(d, a, w, out); }
+static int task_train(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_train_run(d, w, out); }
+static int task_prep(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_prep_run(d, w, out); }
+static int task_tokenizer(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_tokenizer_task(d, w, out); }
+static int task_eval(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_eval_task(d, w, out); }
+static int task_generate(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_generate_task(d, w, out); }
+static int task_ifd(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_ifd_task(d, w, out); }
+static int task_dedup(const FmDeck *d, const Args *a, FmComm *w, FILE *out) { return fm_dedup_task(d, w, out); }
+static int task_export(const FmDeck *d, const Args *a, FmComm *w, FILE *out) {
+  return fm_interop_export_task(d, w, w->rank == 0 ? stderr : NULL);
+}
+
+typedef struct Task {
+  const char *name;
+  TaskFn run;
+  const char *help;
+} Task;
+
+static const Task tasks[] = {
+#define FM_TASK(n, fn, help) {#n, fn, help},
+#include "fmhpc/tasks.def"
+#undef FM_TASK
+};
+
+static const Task *find_task(const char *name) {
+  for (size_t i = 0; i < sizeof tasks / sizeof tasks[0]; i++)
+    if (fm_strcasecmp(tasks[i].name, name) == 0) return &tasks[i];
+  return NULL;
+}
+
+static void list_tasks(FILE *out) {
+  for (size_t i = 0; i < sizeof tasks / sizeof tasks[0]; i++)
+    fprintf(out, "  %-11s  %s\n", tasks[i].name, tasks[i].help);
+}
+
 int main(int argc, char **argv) {
   fm_runtime_init(&argc, &argv);
   FmComm *world = fm_comm_mpi_create(MPI_COMM_WORLD);
@@ -163,7 +201,11 @@ int main(int argc, char **argv) {
   if (parse_args(&a, argc, argv, err)) fm_exit_all(EXIT_USAGE);
   if (a.help || a.version || a.help_deck) {
     if (world->rank == 0) {
-      if (a.help) usage(stdout);
+      if (a.help) {
+        usage(stdout);
+        printf("tasks (&run task = '...'):\n");
+        list_tasks(stdout);
+      }
       if (a.version) printf("fmhpc %s (git %s)\n", FM_VERSION_STRING, FMHPC_GIT_REV);
       if (a.help_deck) fm_deck_help(stdout);
     }
@@ -207,30 +249,13 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
 
-  int rc;
-  if (!strcmp(task, "check")) {
-    rc = run_check(&deck, &a, world, stdout);
-  } else if (!strcmp(task, "prep")) {
-    rc = fm_prep_run(&deck, world, stdout);
-  } else if (!strcmp(task, "tokenizer")) {
-    rc = fm_tokenizer_task(&deck, world, stdout);
-  } else if (!strcmp(task, "eval")) {
-    rc = fm_eval_task(&deck, world, stdout);
-  } else if (!strcmp(task, "generate")) {
-    rc = fm_generate_task(&deck, world, stdout);
-  } else if (!strcmp(task, "ifd")) {
-    rc = fm_ifd_task(&deck, world, stdout);
-  } else if (!strcmp(task, "train")) {
-    rc = fm_train_run(&deck, world, stdout);
-  } else if (!strcmp(task, "dedup")) {
-    rc = fm_dedup_task(&deck, world, stdout);
-  } else if (!strcmp(task, "export")) {
-    rc = fm_interop_export_task(&deck, world, err);
-  } else {
-    if (err)
-      fprintf(err, "fmhpc: task '%s' is not available in fmhpc %s yet; available: check, prep, tokenizer, dedup, train, eval, generate, ifd, export\n", task,
-              FM_VERSION_STRING);
-    rc = FM_EUNSUPPORTED;
+  int rc = FM_EUNSUPPORTED;
+  const Task *t = find_task(task);
+  if (t) {
+    rc = t->run(&deck, &a, world, stdout);
+  } else if (err) { /* the deck's choice list (tasks.def) keeps this from happening */
+    fprintf(err, "fmhpc: no task '%s'; the tasks:\n", task);
+    list_tasks(err);
   }
   fm_deck_free(&deck);
   fm_comm_destroy(world);

@@ -1,4 +1,4 @@
-/* model.h: the model registry (src/model/models.def) and what each model
+/* model.h: the model registry (src/deck/models.def) and what each model
  * declares about itself: its dimensions from the deck, its parameter table
  * (one X-macro list per model), the activations a micro-batch keeps for the
  * backward pass, and its FLOPs per token; and FmModel, a model instantiated

@@ -6,7 +6,7 @@
  * collectives (runtime.h), the sampled-label backward pass Sophia needs
  * (model/train), checkpoint files (ckpt).
  *
- * Registry. src/optim/optimizers.def lists each optimizer, one line; its file
+ * Registry. src/deck/optimizers.def lists each optimizer, one line; its file
  * defines its FmOptimKind: deck parameters, fp32 state tensors (as many as it
  * needs), update and optional per-step hook. `fmhpc --check` sizes memory
  * from the state count and ZeRO-1 shards the state with the parameters.
@@ -194,7 +194,7 @@ bool fm_optim_decays(const FmOptimParams *p, uint32_t flags);
 void fm_zero_range(int64_t n, int64_t align, int nranks, int rank, int64_t *lo, int64_t *hi);
 
 /* ---- learning-rate schedules (schedule.c) ------------------------------- */
-/* Registry: src/optim/schedules.def, one line per schedule; its file defines
+/* Registry: src/deck/schedules.def, one line per schedule; its file defines
  * its FmSchedKind. */
 typedef struct FmSchedule FmSchedule;
 typedef struct FmSchedKind {

@@ -27,6 +27,33 @@ typedef struct GroupEntry {
   const char *name, *help;
 } GroupEntry;
 
+/* The choice lists of the registries, "a|b|c" from their .def lines (each
+ * entry adds "|name"; the list starts after the first bar). */
+static const char choices_tasks[] = ""
+#define FM_TASK(n, fn, help) "|" #n
+#include "fmhpc/tasks.def"
+#undef FM_TASK
+    ;
+static const char choices_models[] = ""
+#define FM_MODEL(n) "|" #n
+#include "fmhpc/models.def"
+#undef FM_MODEL
+    ;
+static const char choices_optimizers[] = ""
+#define FM_OPTIM(n) "|" #n
+#include "fmhpc/optimizers.def"
+#undef FM_OPTIM
+    ;
+static const char choices_schedules[] = ""
+#define FM_SCHED(n) "|" #n
+#include "fmhpc/schedules.def"
+#undef FM_SCHED
+    ;
+#define FM_CHOICES_TASKS      (choices_tasks + 1)
+#define FM_CHOICES_MODELS     (choices_models + 1)
+#define FM_CHOICES_OPTIMIZERS (choices_optimizers + 1)
+#define FM_CHOICES_SCHEDULES  (choices_schedules + 1)
+
 /* The repeated-key check keeps one bit per array element. */
 #define FM_GROUP(g, help)
 #define FM_KEY(g, name, type, def, range, help)

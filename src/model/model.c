@@ -6,12 +6,12 @@
 #include "model_internal.h"
 
 #define FM_MODEL(n) extern const FmModelKind fm_model_##n;
-#include "models.def"
+#include "fmhpc/models.def"
 #undef FM_MODEL
 
 static const FmModelKind *const registry[] = {
 #define FM_MODEL(n) &fm_model_##n,
-#include "models.def"
+#include "fmhpc/models.def"
 #undef FM_MODEL
 };
 

@@ -13,7 +13,7 @@
 
 static const FmOptimKind *const registry[] = {
 #define FM_OPTIM(n) &fm__optim_##n,
-#include "optimizers.def"
+#include "fmhpc/optimizers.def"
 #undef FM_OPTIM
 };
 

@@ -28,7 +28,7 @@ struct FmOptim {
 static inline float *fm__optim_state(FmOptim *o, int j) { return o->state + (int64_t)j * (o->hi - o->lo); }
 
 #define FM_OPTIM(n) extern const FmOptimKind fm__optim_##n;
-#include "optimizers.def"
+#include "fmhpc/optimizers.def"
 #undef FM_OPTIM
 
 /* A (beta1, beta2) array key: exactly two values (optim.c). */

@@ -11,12 +11,12 @@
 #define FM_PI 3.14159265358979323846 /* M_PI is not C11 */
 
 #define FM_SCHED(n) extern const FmSchedKind fm__sched_##n;
-#include "schedules.def"
+#include "fmhpc/schedules.def"
 #undef FM_SCHED
 
 static const FmSchedKind *const registry[] = {
 #define FM_SCHED(n) &fm__sched_##n,
-#include "schedules.def"
+#include "fmhpc/schedules.def"
 #undef FM_SCHED
 };
 

@@ -43,6 +43,8 @@ ALLOWED = {
 HEADERS = {
     "core.h": "core", "json.h": "core", "hash.h": "core", "rng.h": "core", "progress.h": "core",
     "deck.h": "deck",
+    # the registries' lines: the deck builds its choice lists from them
+    "tasks.def": "deck", "models.def": "deck", "optimizers.def": "deck", "schedules.def": "deck",
     "runtime.h": "runtime",
     "tensor.h": "tensor", "backend.h": "tensor", "ops.def": "tensor",
     "metrics.h": "metrics",

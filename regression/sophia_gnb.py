@@ -7,7 +7,8 @@ recomputes step 2's refresh, which fmhpc runs before step 2's update:
   labels  y[j, t] ~ softmax(logits(W1)[j, t]) by inverse CDF: u = Philox
           uniform (seed, purpose 5 = FM_RNG_HESSIAN, step index 1, index
           j*T + t, the step's slot j), the first v whose cumulative
-          exp(z - max) exceeds u * sum (include/fmhpc/rng.h, optim.h);
+          exp(z - max) exceeds u * sum (fmhpc: src/optim/sophia.c's per-step
+          hook; the stream: include/fmhpc/rng.h);
   ghat    d/dW of sum_{j,t} mask[j,t] * CE(logits[j, t], y[j, t]) / B,
           B = the step's unmasked targets, by torch autograd in float64
           from the fp32 weights (ref_models.py's Llama, HF's definition);

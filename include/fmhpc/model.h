@@ -40,9 +40,6 @@ typedef struct FmModelKind {
   int (*dims)(FmModelDims *d, const FmDeck *deck, FILE *err);
   /* Append the parameter tensors, in canonical order, to tab. */
   void (*params)(FmTensorTable *tab, const FmModelDims *d);
-  /* Values a micro-batch of b sequences keeps for backward (elements),
-   * with per-layer recompute (only layer inputs kept) or without. */
-  int64_t (*act_elems)(const FmModelDims *d, int64_t b, bool recompute);
   /* Training FLOPs per token (forward + backward), matmuls and attention. */
   double (*train_flops_per_token)(const FmModelDims *d);
   /* The activation table of a micro-batch of b sequences (src/model/
@@ -58,6 +55,13 @@ typedef struct FmModelKind {
 const FmModelKind *fm_model_find(const char *name);
 int fm_model_count(void);
 const FmModelKind *fm_model_at(int i);
+
+/* The floats fm_model_create allocates beside parameters and gradients for
+ * micro-batches of b sequences: the model's activation table (kept values
+ * and backward scratch; with recompute only the layer inputs and one live
+ * layer) plus the per-batch buffers (token weights, logits rows, the
+ * cross-entropy scratch). `fmhpc --check` plans activation memory from it. */
+int64_t fm_model_act_elems(const FmModelKind *k, const FmModelDims *d, int64_t b, bool recompute);
 
 /* Dims from the deck via the deck's arch; FM_EDECK with a message on error. */
 int fm_model_dims(FmModelDims *d, const FmModelKind **kind, const FmDeck *deck, FILE *err);

@@ -62,22 +62,6 @@ static int gpt2_dims(FmModelDims *d, const FmDeck *deck, FILE *err) {
   return rc;
 }
 
-/* Kept per layer for backward (llm.c's accounting, attention computed
- * blockwise so only the log-sum-exp per (head, position) is kept, never T x T):
- * ln1 out + mean/rstd, qkv, attention out + lse, residual after attention,
- * ln2 out + mean/rstd, fc pre-activation and GELU out, residual after MLP. */
-static int64_t gpt2_act_elems(const FmModelDims *d, int64_t b, bool recompute) {
-  const int64_t BT = b * d->T, C = d->C, F = d->F;
-  const int64_t per_layer =
-      BT * (C + 2) + BT * 3 * C + BT * C + b * d->NH * d->T + BT * C + BT * (C + 2) + 2 * BT * F + BT * C;
-  /* Outside the layers: embedding sum, final norm out + stats, per-token loss
-   * and the logits of one vocab chunk (cross-entropy is computed in chunks). */
-  const int64_t chunk = d->V < 8192 ? d->V : 8192;
-  const int64_t outside = BT * C + BT * (C + 2) + BT + BT * chunk;
-  if (recompute) return d->L * BT * C + per_layer + outside; /* layer inputs + one layer live */
-  return d->L * per_layer + outside;
-}
-
 /* PaLM appendix B: 6 FLOPs per parameter per token in matmuls (forward 2,
  * backward 4) plus attention scores and values, 12 * L * C_attn * T per token
  * (non-causal count, the convention MFU numbers use). Embedding lookups and
@@ -252,7 +236,6 @@ const FmModelKind fm_model_gpt2 = {
     .desc = "GPT-2: learned positions, LayerNorm, GELU, fused QKV",
     .dims = gpt2_dims,
     .params = gpt2_params,
-    .act_elems = gpt2_act_elems,
     .train_flops_per_token = gpt2_train_flops,
     .acts = gpt2_acts,
     .forward = gpt2_forward,

@@ -56,21 +56,6 @@ static int llama_dims(FmModelDims *d, const FmDeck *deck, FILE *err) {
   return rc;
 }
 
-/* Kept per layer for backward (attention blockwise: lse per head and
- * position, never T x T): attn norm out + rstd, q, k, v (after RoPE),
- * attention out + lse, residual, mlp norm out + rstd, gate, up, SwiGLU out,
- * residual. */
-static int64_t llama_act_elems(const FmModelDims *d, int64_t b, bool recompute) {
-  const int64_t BT = b * d->T, C = d->C, F = d->F;
-  const int64_t q = d->NH * d->HS, kv = d->NKV * d->HS;
-  const int64_t per_layer =
-      BT * (C + 1) + BT * (q + 2 * kv) + BT * q + b * d->NH * d->T + BT * C + BT * (C + 1) + 3 * BT * F + BT * C;
-  const int64_t chunk = d->V < 8192 ? d->V : 8192;
-  const int64_t outside = BT * C + BT * (C + 1) + BT + BT * chunk;
-  if (recompute) return d->L * BT * C + per_layer + outside;
-  return d->L * per_layer + outside;
-}
-
 /* As gpt2.c: 6 FLOPs per matmul parameter per token plus 12 * L * NH*HS * T
  * for attention (PaLM appendix B). */
 static double llama_train_flops(const FmModelDims *d) {
@@ -260,7 +245,6 @@ const FmModelKind fm_model_llama = {
     .desc = "Llama 2/3: RMSNorm, RoPE, GQA, SwiGLU",
     .dims = llama_dims,
     .params = llama_params,
-    .act_elems = llama_act_elems,
     .train_flops_per_token = llama_train_flops,
     .acts = llama_acts,
     .forward = llama_forward,

@@ -34,6 +34,22 @@ static int check_backend(const FmBackend *be, FILE *err) {
  * grows one. */
 static int64_t xent_scratch_elems(int64_t N, int64_t V) { return fm_cpu_xent_scratch(N, V); }
 
+/* Floats beside the activation arena: token weights (N), the rows for logits
+ * (b*C, b*V) and the cross-entropy scratch. */
+static int64_t batch_extra_elems(const FmModelDims *d, int64_t b) {
+  const int64_t N = b * d->T;
+  return N + b * d->C + b * d->V + xent_scratch_elems(N, d->V);
+}
+
+int64_t fm_model_act_elems(const FmModelKind *k, const FmModelDims *d, int64_t b, bool recompute) {
+  FmTensorTable t;
+  fm_table_init(&t);
+  k->acts(&t, d, b, recompute);
+  const int64_t n = t.numel + batch_extra_elems(d, b);
+  fm_table_free(&t);
+  return n;
+}
+
 static double mib(int64_t elems, size_t bytes) { return (double)elems * (double)bytes / 1048576.0; }
 
 static float *act_named(FmModel *m, const char *name) {
@@ -74,7 +90,7 @@ int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, c
   m->targets = m->tokens + N;
   m->pos = m->tokens + 2 * N;
   m->seg = m->tokens + 3 * N;
-  const int64_t extra = N + b * C + b * V + m->xent_scratch_elems;
+  const int64_t extra = batch_extra_elems(d, b);
   m->weight = be->alloc(extra * (int64_t)sizeof(float));
   m->rows_x = m->weight + N;
   m->rows_logits = m->rows_x + b * C;

@@ -64,8 +64,9 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   p->grad_accum = n * (strcmp(c->train.determinism, "exact") == 0 ? 8 : 4);
   p->optim_state = n * 4 * p->optim->state_per_param * shard;
   const int64_t b = c->train.micro_batch;
-  p->act = (double)p->model->act_elems(&p->dims, b, false) * p->compute_bytes / p->tp;
-  p->act_recompute = (double)p->model->act_elems(&p->dims, b, true) * p->compute_bytes / p->tp;
+  /* From the activation table the model allocates (and its batch buffers). */
+  p->act = (double)fm_model_act_elems(p->model, &p->dims, b, false) * p->compute_bytes / p->tp;
+  p->act_recompute = (double)fm_model_act_elems(p->model, &p->dims, b, true) * p->compute_bytes / p->tp;
   p->tokens_per_step = c->train.global_batch * p->dims.T;
   p->flops_per_token = p->model->train_flops_per_token(&p->dims);
   p->flops_per_step = p->flops_per_token * (double)p->tokens_per_step;

@@ -359,11 +359,11 @@ FM_TEST(create_needs_model_ops) {
   free(buf);
 }
 
-/* The arena the model allocates is the planner's count (FmModelKind
- * act_elems, what --check prints) less its cross-entropy estimate (per-token
- * losses + one vocab chunk of logits, N + N*min(V, 8192)), plus backward
- * scratch. With recompute the planner also counts the embedding output
- * twice (as "outside" and as layer 0's kept input): N*C more than the arena. */
+/* The planner's count (fm_model_act_elems, what --check prints) is exactly
+ * what the model allocates beside its weights: the activation arena (kept
+ * values and backward scratch) plus the batch buffers (token weights N,
+ * logits rows b*C and b*V, the cross-entropy scratch), with or without
+ * recompute. */
 FM_TEST(activation_arena_matches_the_plan) {
   const char *arch[2] = {"gpt2", "llama"};
   for (int a = 0; a < 2; a++)
@@ -372,12 +372,10 @@ FM_TEST(activation_arena_matches_the_plan) {
       FM_REQUIRE(m);
       const FmModelDims *d = fm_model_get_dims(m);
       const FmTensorTable *acts = fm_model_act_table(m);
-      int64_t kept = 0;
-      for (int i = 0; i < acts->n; i++)
-        if (acts->t[i].name[0] != 'd') kept += acts->t[i].numel; /* backward scratch is named d* */
-      const int64_t N = TINY_N, xent = N + N * (d->V < 8192 ? d->V : 8192);
-      const int64_t plan = fm_model_find(arch[a])->act_elems(d, TINY_B, rc);
-      FM_EXPECT_EQ_INT(kept + xent + (rc ? N * d->C : 0), plan);
+      const int64_t N = TINY_N;
+      const int64_t batch = N + TINY_B * d->C + TINY_B * d->V + fm_cpu_xent_scratch(N, d->V);
+      const int64_t plan = fm_model_act_elems(fm_model_find(arch[a]), d, TINY_B, rc);
+      FM_EXPECT_EQ_INT(plan, acts->numel + batch);
       fm_model_free(m);
     }
 }

@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "fm_test.h"
+#include "fmhpc/optim.h"
+#include "fmhpc/reduce.h"
 #include "fmhpc/tensor.h"
 
 #ifdef FMHPC_HAVE_CUDA
@@ -770,4 +772,52 @@ FM_TEST(xent_vs_cpu) {
   FM_EXPECT_EQ_INT(bad, 0);
   g->free(dx_), g->free(dw_), g->free(dwt), g->free(dtg), g->free(ds), g->free(gdx), g->free(gdw);
   free(x), free(w), free(wt), free(scratch), free(cdx), free(cdw), free(tg), free(hdx), free(hdw);
+}
+
+/* The exact reduction's quantisation on the device against fm_reduce_add
+ * (add_block) at 3 shards over two micro-batches, one block past the limit
+ * and one with a NaN: accumulator, block maxima and flags bitwise. */
+FM_TEST(quant_add_vs_reduce_add) {
+  const FmBackend *g = cuda_or_skip();
+#ifdef FMHPC_HAVE_CUDA
+  const int64_t n = 40 * FM_CLIP_BLOCK + 777;
+  FmComm comm;
+  memset(&comm, 0, sizeof comm);
+  comm.size = 3;
+  FmReduce r;
+  FM_REQUIRE(fm_reduce_create(&r, n, 2, true, &comm) == 0);
+  fm_reduce_begin(&r);
+  int64_t *d_acc = g->alloc(r.P * r.S * 8);
+  float *d_amax = g->alloc(r.nblocks * 4), *d_grad = g->alloc(n * 4);
+  int32_t *d_flags = g->alloc(8), *d_exp = to_device(g, r.exp2, r.nblocks * 4);
+  g->memset(d_acc, 0, r.P * r.S * 8);
+  g->memset(d_amax, 0, r.nblocks * 4);
+  g->memset(d_flags, 0, 8);
+  float *grad = host_f32(n);
+  for (int mb = 0; mb < 2; mb++) {
+    for (int64_t i = 0; i < n; i++) grad[i] = (float)(rng_uniform(-1, 1) * pow(2.0, rng_uniform(-30, 0)));
+    if (mb == 1) {
+      grad[7 * FM_CLIP_BLOCK + 5] = 1e5f;
+      grad[30 * FM_CLIP_BLOCK + 9] = NAN;
+    }
+    fm_reduce_add(&r, grad);
+    g->copy_to_device(d_grad, grad, n * 4);
+    for (int k = 0; k < r.P; k++)
+      fm_cuda_quant_add(d_acc + (int64_t)k * r.S, d_amax, d_flags, d_grad, d_exp, r.lo[k], r.hi[k], FM_CLIP_BLOCK,
+                        r.limit);
+  }
+  int64_t *acc = from_device(g, d_acc, r.P * r.S * 8);
+  float *amax = from_device(g, d_amax, r.nblocks * 4);
+  int32_t *flags = from_device(g, d_flags, 8);
+  FM_EXPECT_EQ_INT(count_bit_diffs(acc, r.acc, r.P * r.S, 8), 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(amax, r.amax, r.nblocks, 4), 0);
+  FM_EXPECT_EQ_INT(flags[0], r.overflow);
+  FM_EXPECT_EQ_INT(flags[1], r.nonfinite);
+  FM_EXPECT_EQ_INT(r.overflow, 1);
+  g->free(d_acc), g->free(d_amax), g->free(d_grad), g->free(d_flags), g->free(d_exp);
+  free(grad), free(acc), free(amax), free(flags);
+  fm_reduce_free(&r);
+#else
+  (void)g;
+#endif
 }

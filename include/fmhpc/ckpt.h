@@ -67,6 +67,8 @@
 #define FM_EXIT_REQUEUE 3
 
 /* What a checkpoint holds, as pointers into the run's own arrays. */
+enum { FM_CKPT_RUN_ID_LEN = 33 };
+
 typedef struct FmCkptState {
   const FmTensorTable *params; /* canonical names and shapes */
   float *w;                    /* (params->numel) the flat vector: the write reads [lo,hi), a read fills it */
@@ -81,10 +83,14 @@ typedef struct FmCkptState {
   const char *optim_name, *model_name;
   const char *deck_text; /* write only */
   const char *run_name;  /* write only: &run name */
+  /* Which run wrote it: made at a fresh start, carried by every resume (a read
+   * fills it; "" for a checkpoint older than run ids). Retention and
+   * resume='auto' consider only checkpoints of one run id. */
+  char run_id[FM_CKPT_RUN_ID_LEN];
 } FmCkptState;
 
 /* Write DIR/step_<step>.h5 with the commit protocol and retention (keep the
- * newest `keep`). Collective over comm. 0, or FM_EIO/FM_EHDF5 on every rank
+ * newest `keep` of s->run_id; other runs' files are left alone). Collective over comm. 0, or FM_EIO/FM_EHDF5 on every rank
  * with the reason on err (rank 0); `latest` then still names the previous
  * checkpoint. `written` (may be NULL) gets the committed path. */
 int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
@@ -101,10 +107,12 @@ void fm_ckpt_log_written(const char *path, double seconds);
 int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len);
 
 /* Resume as &ckpt resume says: 'none' (returns 1), a path (that file; failure
- * is an error), or 'auto': the newest step_*.h5 in dir that loads and
- * verifies, each failing one skipped with a warning naming the reason; no
- * checkpoint at all returns 1 (start fresh); checkpoints present but none
- * valid is FM_ECKPT. 0 when loaded; `loaded` gets the path. Collective. */
+ * is an error), or 'auto': the file `latest` names, then older checkpoints of
+ * the same run id, each failing one skipped with a warning naming the reason
+ * (no `latest`, hence nothing committed there: returns 1, a fresh start);
+ * candidates present but none valid is FM_ECKPT. 0 when loaded; `loaded`
+ * gets the path. A fresh start in a directory holding other
+ * runs' checkpoints says so. Collective. */
 int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *comm, FILE *err, char *loaded,
                    size_t loaded_len);
 
@@ -112,6 +120,10 @@ int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *
  * decides who scans). Returns the count; *paths is malloc'd (free each and
  * the array). .partial files are never listed. */
 int fm_ckpt_list(const char *dir, char ***paths);
+
+/* A fresh run id (rank 0's clock, pid and host mixed with the seed), the
+ * same on every rank. Collective. */
+void fm_ckpt_new_run_id(FmComm *comm, int64_t seed, char id[FM_CKPT_RUN_ID_LEN]);
 
 /* SIGUSR1 and SIGTERM set a flag (nothing else happens in the handler). */
 void fm_ckpt_signals_install(void);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fmhpc/hash.h"
@@ -392,7 +393,7 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
          attr_i64(root, "spike_head", sp->head) | attr_i64(root, "spike_skipped", sp->skipped) |
          attr_i64(root, "spike_consecutive", sp->consecutive) | attr_f64(root, "spike_z_max", sp->z_max) |
          attr_str(root, "optimizer", s->optim_name) | attr_str(root, "model", s->model_name) |
-         attr_str(root, "run_name", s->run_name ? s->run_name : "") |
+         attr_str(root, "run_name", s->run_name ? s->run_name : "") | attr_str(root, "run_id", s->run_id) |
          attr_i64(root, "n_params", s->params->numel) | attr_i64(root, "world_size", h->comm->size) |
          attr_i64(root, "nblocks", s->nblocks) | attr_str(root, "fmhpc_version", FM_VERSION_STRING) |
          attr_str(root, "git", FMHPC_GIT_REV) | attr_str(root, "hdf5_version", h5v) |
@@ -424,6 +425,8 @@ static int read_run_state(H5 *h, FmCkptState *s) {
          attr_read_i64(root, "spike_count", &sp->count) | attr_read_i64(root, "spike_head", &sp->head) |
          attr_read_i64(root, "spike_skipped", &sp->skipped) |
          attr_read_i64(root, "spike_consecutive", &sp->consecutive) | attr_read_f64(root, "spike_z_max", &sp->z_max);
+  s->run_id[0] = '\0'; /* absent before run ids */
+  if (!rc && H5Aexists(root, "run_id") > 0) rc = attr_read_str(root, "run_id", s->run_id, sizeof s->run_id);
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint or its run-state attributes are unreadable", h->path);
@@ -508,8 +511,59 @@ static void free_list(char **p, int n) {
   free(p);
 }
 
-/* Rank 0: rename into place, point `latest` at it, prune. */
-static int commit(const char *dir, const char *partial, const char *final, int64_t step, int keep, char *why) {
+/* Rank 0 alone: the run id a checkpoint file carries ("" when it has none or
+ * cannot be read), through HDF5's serial driver. */
+static void file_run_id(const char *path, char id[FM_CKPT_RUN_ID_LEN]) {
+  id[0] = '\0';
+  H5E_auto2_t efunc;
+  void *edata;
+  H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t root = f >= 0 ? H5Gopen2(f, "/", H5P_DEFAULT) : -1;
+  if (root >= 0 && H5Aexists(root, "run_id") > 0 && attr_read_str(root, "run_id", id, FM_CKPT_RUN_ID_LEN)) id[0] = '\0';
+  if (root >= 0) H5Gclose(root);
+  if (f >= 0) H5Fclose(f);
+  H5Eset_auto2(H5E_DEFAULT, efunc, edata);
+}
+
+/* Keep in paths[0..n) (newest first) only the checkpoints of run `id`;
+ * returns the new count, the others freed. */
+static int only_run(char **paths, int n, const char *id) {
+  int m = 0;
+  for (int i = 0; i < n; i++) {
+    char fid[FM_CKPT_RUN_ID_LEN];
+    file_run_id(paths[i], fid);
+    if (strcmp(fid, id) == 0) paths[m++] = paths[i];
+    else free(paths[i]);
+  }
+  return m;
+}
+
+void fm_ckpt_new_run_id(FmComm *comm, int64_t seed, char id[FM_CKPT_RUN_ID_LEN]) {
+  char *s = NULL;
+  if (comm->rank == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    uint64_t h = 1469598103934665603ull; /* FNV-1a over what makes this start unique */
+    const uint64_t parts[4] = {(uint64_t)ts.tv_sec, (uint64_t)ts.tv_nsec, (uint64_t)getpid(), (uint64_t)seed};
+    for (int i = 0; i < 4; i++)
+      for (int k = 0; k < 64; k += 8) h = (h ^ ((parts[i] >> k) & 0xffu)) * 1099511628211ull;
+    for (const char *c = host; *c; c++) h = (h ^ (uint8_t)*c) * 1099511628211ull;
+    s = fm_xmalloc(FM_CKPT_RUN_ID_LEN);
+    snprintf(s, FM_CKPT_RUN_ID_LEN, "%016llx", (unsigned long long)h);
+  }
+  FM_CHECK(fm_comm_bcast_str(comm, &s, 0));
+  snprintf(id, FM_CKPT_RUN_ID_LEN, "%s", s);
+  free(s);
+}
+
+/* Rank 0: rename into place, point `latest` at it, prune this run's older
+ * checkpoints (another run's files in the directory are not ours to delete). */
+static int commit(const char *dir, const char *partial, const char *final, int64_t step, int keep, const char *run_id,
+                  char *why) {
   char tmp[4200], latest[4200];
   snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
   snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -528,8 +582,9 @@ static int commit(const char *dir, const char *partial, const char *final, int64
     unlink(tmp);
     return FM_EIO;
   }
-  char **paths;
+  char **paths = NULL;
   int n = fm_ckpt_list(dir, &paths);
+  n = only_run(paths, n, run_id);
   for (int i = keep; i < n && paths; i++) unlink(paths[i]);
   free_list(paths, n);
   DIR *d = opendir(dir);
@@ -597,7 +652,7 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
     rc = agree(comm, rc ? rc : e ? FM_EIO : 0, h.why);
   }
   H5Eset_auto2(H5E_DEFAULT, efunc, edata);
-  if (!rc && comm->rank == 0) rc = commit(dir, partial, final, s->step, keep, h.why);
+  if (!rc && comm->rank == 0) rc = commit(dir, partial, final, s->step, keep, s->run_id, h.why);
   if (rc && comm->rank == 0 && h.f >= 0) unlink(partial); /* a failed write leaves nothing to mistake */
   rc = agree(comm, rc, h.why);
 report:
@@ -642,10 +697,59 @@ int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size
   return rc;
 }
 
+/* Rank 0: what resume='auto' may load, in order: the file `latest` names,
+ * then the older checkpoints of its run (a fallback past a damaged file);
+ * another run's files in the same directory are never candidates. Without
+ * `latest` (nothing was ever committed there by a run with run ids): none. */
+static int auto_candidates(const char *dir, char ***out) {
+  char path[4200], name[256] = "";
+  snprintf(path, sizeof path, "%s/latest", dir);
+  FILE *f = fopen(path, "r");
+  if (f) {
+    if (!fgets(name, sizeof name, f)) name[0] = '\0';
+    fclose(f);
+  }
+  name[strcspn(name, "\n")] = '\0';
+  long long newest = 0;
+  *out = NULL;
+  if (!name[0] || !step_of(name, ".h5", &newest)) return 0;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  char id[FM_CKPT_RUN_ID_LEN];
+  file_run_id(path, id);
+  char **all = NULL;
+  int n = fm_ckpt_list(dir, &all), m = 0;
+  *out = fm_xcalloc((size_t)n + 1, sizeof **out);
+  (*out)[m++] = fm_xstrdup(path);
+  n = only_run(all, n, id); /* "": checkpoints from before run ids fall back to each other */
+  for (int i = 0; i < n; i++) {
+    long long st = 0;
+    step_of(strrchr(all[i], '/') + 1, ".h5", &st);
+    if (st < newest) (*out)[m++] = all[i];
+    else free(all[i]);
+  }
+  free(all);
+  return m;
+}
+
+/* Rank 0, at a fresh start: a directory holding checkpoints (another run's,
+ * or this deck's from before) is stated, never silently shared. */
+static void say_found(const char *dir, const char *why) {
+  char **paths = NULL;
+  int n = fm_ckpt_list(dir, &paths);
+  if (n > 0)
+    fm_warn0("%s: %s already holds %d checkpoint%s (newest %s); this run starts at step 0 with a new run id: "
+             "retention and resume = 'auto' consider only its own checkpoints, its first one moves `latest`",
+             why, dir, n, n == 1 ? "" : "s", strrchr(paths[0], '/') + 1);
+  free_list(paths, n);
+}
+
 int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *comm, FILE *err, char *loaded,
                    size_t loaded_len) {
   char why[WHY];
-  if (fm_strcasecmp(resume, "none") == 0) return 1;
+  if (fm_strcasecmp(resume, "none") == 0) {
+    if (comm->rank == 0) say_found(dir, "resume = 'none'");
+    return 1;
+  }
   if (fm_strcasecmp(resume, "auto") != 0) {
     int rc = fm_ckpt_read(resume, s, comm, why, sizeof why);
     if (rc && err) fprintf(err, "fmhpc: &ckpt resume = '%s': %s\nhint: resume = 'auto' takes the newest valid one in %s\n",
@@ -654,8 +758,9 @@ int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *
     return rc;
   }
   char **paths = NULL;
-  int32_t n = comm->rank == 0 ? fm_ckpt_list(dir, &paths) : 0;
+  int32_t n = comm->rank == 0 ? auto_candidates(dir, &paths) : 0;
   fm_comm_bcast(comm, &n, 1, FM_DT_I32, 0);
+  if (n == 0 && comm->rank == 0) say_found(dir, "resume = 'auto' found no `latest`");
   int rc = 1;
   for (int i = 0; i < n && rc; i++) {
     char *p = comm->rank == 0 && paths ? paths[i] : NULL;

@@ -58,6 +58,7 @@ typedef struct Run {
   int64_t nan_at[3];  /* FMHPC_TEST_NAN_AT: first step (1-based), last step, rank; nan_at[0] = 0: off */
   int64_t nan_offset; /* ... and the element it poisons */
   char ckpt_dir[4096];
+  char run_id[FM_CKPT_RUN_ID_LEN]; /* made at a fresh start, carried by checkpoints */
   char *deck_text; /* the resolved deck, stored in checkpoints */
 } Run;
 
@@ -409,6 +410,7 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
                    .model_name = r->kind->name,
                    .deck_text = r->deck_text,
                    .run_name = r->c->run.name};
+  snprintf(s.run_id, sizeof s.run_id, "%s", r->run_id);
   return s;
 }
 
@@ -417,8 +419,11 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   FmCkptState s = ckpt_state(r, 0);
   int rc = fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &s, r->dp, err, loaded, n);
   if (rc < 0) return rc;
+  if (rc > 0 || !s.run_id[0]) fm_ckpt_new_run_id(r->dp, r->c->run.seed, r->run_id); /* a checkpoint from before ids: one now */
+  else snprintf(r->run_id, sizeof r->run_id, "%s", s.run_id);
   if (rc > 0) {
     if (strcmp(r->c->ckpt.resume, "none") != 0) fm_log0("resume: no checkpoint in %s: starting at step 0", r->ckpt_dir);
+    fm_log0("run id %s (stored in this run's checkpoints)", r->run_id);
     return 0;
   }
   if (s.seed != r->c->run.seed)
@@ -427,8 +432,9 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   FM_CHECK(fm_reduce_allgather(&r->red, fm_model_param_arena(r->model))); /* every rank read only its shard */
   r->skipped = s.skipped;
   r->red.redone = s.redone;
-  fm_log0("resume: %s, step %lld (%lld samples seen), every dataset's SHA-256 verified, written at %s",
-          loaded, (long long)s.step, (long long)s.samples, "any rank count (loaded as hyperslabs of this layout)");
+  fm_log0("resume: %s, step %lld (%lld samples seen), every dataset's SHA-256 verified, written at %s; run id %s",
+          loaded, (long long)s.step, (long long)s.samples, "any rank count (loaded as hyperslabs of this layout)",
+          r->run_id);
   return s.step;
 }
 

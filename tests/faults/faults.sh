@@ -10,6 +10,10 @@
 #             NaN every step stops the run after &train max_bad_steps, naming
 #             the step and the tensor; optim%lr=1e6 stops with status 1, no
 #             final/, and a checkpoint without NaN/Inf (/reduce/amax_prev)
+#   run_id    a directory holding run A's step_3 and step_6; run B (resume='none')
+#             is told so, writes step_2 and step_4, and its retention (keep=1)
+#             deletes only its own step_2; B again with resume='auto' resumes
+#             from its own step_4 (the file `latest` names), not A's step_6
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -66,6 +70,20 @@ nan)
   [ ! -e "$WORK/nan_lr/final" ] || fail "nan_lr: wrote final/"
   "${CK[@]}" "$WORK/nan_lr/ckpt/$(cat "$WORK/nan_lr/ckpt/latest")"
   echo "PASS: nan"
+  ;;
+run_id)
+  D=$WORK/runid
+  rm -rf "$D"
+  expect run_a 120 0 "run id [0-9a-f]{16}" "${TRAIN[@]}" train%steps=6 ckpt%every=3 ckpt%keep=5 "run%out_dir='$D/a'" \
+    "ckpt%dir='$D/ckpt'"
+  expect run_b 120 0 "resume = 'none': $D/ckpt already holds 2 checkpoints \(newest step_00000006.h5\)" \
+    "${TRAIN[@]}" train%steps=4 ckpt%every=2 ckpt%keep=1 "ckpt%resume='none'" "run%out_dir='$D/b'" "ckpt%dir='$D/ckpt'"
+  have=$(cd "$D/ckpt" && ls step_*.h5 | tr '\n' ' ')
+  [ "$have" = "step_00000003.h5 step_00000004.h5 step_00000006.h5 " ] || fail "run_id: after B the directory holds $have"
+  [ "$(cat "$D/ckpt/latest")" = step_00000004.h5 ] || fail "run_id: latest is not B's step_4"
+  expect run_b2 120 0 "resume: $D/ckpt/step_00000004.h5, step 4 .*run id $(grep -o 'run id [0-9a-f]*' "$WORK/run_b.log" | cut -c8-)" \
+    "${TRAIN[@]}" train%steps=5 ckpt%every=2 ckpt%keep=1 "run%out_dir='$D/b'" "ckpt%dir='$D/ckpt'"
+  echo "PASS: run_id"
   ;;
 messages)
   for i in 1 2 3 4 5; do

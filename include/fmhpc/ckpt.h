@@ -60,7 +60,7 @@
 #include "fmhpc/runtime.h"
 #include "fmhpc/tensor.h"
 
-#define FM_CKPT_BLOCK ((int64_t)1 << 16) /* = FM_CLIP_BLOCK, the ZeRO-1 shard alignment */
+#define FM_CKPT_BLOCK ((int64_t)1 << 16) /* = FM_CLIP_BLOCK, the ZeRO-1 shard alignment, = FM_SHA_PIECE */
 /* fm_train_run's return (positive, not an FM_E*) when it stopped on a signal
  * after checkpointing; main turns it into exit status FM_EXIT_REQUEUE. */
 #define FM_CKPT_PREEMPTED 1

@@ -201,6 +201,13 @@ struct FmShardReader {
               int32_t *pos, int32_t *seg);
   void (*close)(FmShardReader *r);
 };
+/* A shard's checksums: sha256-blocks-v1 (hash.h) of each dataset's elements
+ * in row order, read back through its reader (independent reads). prep
+ * writes them into the manifest and fm_store_open verifies them; the
+ * position_ids entry is "" when none are stored. */
+enum { FM_SHARD_NDSETS = 4 };
+extern const char *const fm__shard_dsets[FM_SHARD_NDSETS]; /* tokens, loss_mask, segment_ids, position_ids */
+void fm__shard_digests(FmShardReader *r, int64_t n_seq, int64_t R, bool has_pos, char hex[FM_SHARD_NDSETS][65]);
 /* info: filled from the shard's attributes (h5) or checked against them. */
 int fm__h5_shard_open(FmShardReader **r, const char *path, FmComm *comm, FmStoreInfo *info, int64_t *n_seq,
                       FILE *err);

@@ -22,6 +22,21 @@ void fm_sha256(const void *data, size_t n, uint8_t out[32]);
 /* 2*n lowercase hex digits and a NUL into hex (room for 2*n+1). */
 void fm_hex(const uint8_t *bytes, size_t n, char *hex);
 
+/* sha256-blocks-v1, the checksum of checkpoints' and stores' datasets: the
+ * SHA-256 of the SHA-256 digests of the pieces of FM_SHA_PIECE elements
+ * (the last may be shorter) of an array's little-endian bytes. Pieces can
+ * be hashed where they live (ranks of a checkpoint write); this streaming
+ * form takes the elements in order, in chunks of any size. */
+#define FM_SHA_PIECE ((int64_t)1 << 16)
+typedef struct FmShaPieces {
+  FmSha256 outer, piece;
+  int64_t in_piece; /* elements in the current piece */
+  size_t esize;
+} FmShaPieces;
+void fm_sha_pieces_init(FmShaPieces *p, size_t esize);
+void fm_sha_pieces_update(FmShaPieces *p, const void *data, int64_t n);
+void fm_sha_pieces_final(FmShaPieces *p, char hex[65]);
+
 /* CRC-32C (Castagnoli) of data[0..n), continuing from crc (0 to start):
  * fm_crc32c(0, "123456789", 9) == 0xE3069283. */
 uint32_t fm_crc32c(uint32_t crc, const void *data, size_t n);

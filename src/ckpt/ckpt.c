@@ -61,6 +61,8 @@ static int agree(FmComm *c, int rc, char *why) {
 
 /* ---- checksums ---------------------------------------------------------- */
 
+_Static_assert(FM_CKPT_BLOCK == FM_SHA_PIECE, "shards align to checksum pieces (sha256-blocks-v1)");
+
 /* Pieces of the flat range [a, b) cut at multiples of FM_CKPT_BLOCK. */
 static int64_t npieces(int64_t a, int64_t b) { return b > a ? (b - 1) / FM_CKPT_BLOCK - a / FM_CKPT_BLOCK + 1 : 0; }
 
@@ -97,17 +99,10 @@ static int array_digests(const FmTensorTable *tab, const float *base, int64_t lo
 
 /* The same for a small array every rank holds whole (n elements of esize). */
 static void local_digest(const void *data, int64_t n, size_t esize, char hex[65]) {
-  FmSha256 s;
-  fm_sha256_init(&s);
-  for (int64_t a = 0; a < n; a += FM_CKPT_BLOCK) {
-    const int64_t e = a + FM_CKPT_BLOCK < n ? a + FM_CKPT_BLOCK : n;
-    uint8_t d[32];
-    fm_sha256((const char *)data + a * (int64_t)esize, (size_t)(e - a) * esize, d);
-    fm_sha256_update(&s, d, 32);
-  }
-  uint8_t out[32];
-  fm_sha256_final(&s, out);
-  fm_hex(out, 32, hex);
+  FmShaPieces p;
+  fm_sha_pieces_init(&p, esize);
+  fm_sha_pieces_update(&p, data, n);
+  fm_sha_pieces_final(&p, hex);
 }
 
 /* ---- HDF5 helpers (0 or FM_EHDF5; nothing aborts) ------------------------ */

@@ -81,3 +81,38 @@ void fm_hex(const uint8_t *bytes, size_t n, char *hex) {
   for (size_t i = 0; i < n; i++) hex[2 * i] = d[bytes[i] >> 4], hex[2 * i + 1] = d[bytes[i] & 15];
   hex[2 * n] = 0;
 }
+
+/* ---- sha256-blocks-v1 (hash.h) ---------------------------------------- */
+void fm_sha_pieces_init(FmShaPieces *p, size_t esize) {
+  fm_sha256_init(&p->outer);
+  fm_sha256_init(&p->piece);
+  p->in_piece = 0;
+  p->esize = esize;
+}
+
+static void close_piece(FmShaPieces *p) {
+  uint8_t d[32];
+  fm_sha256_final(&p->piece, d);
+  fm_sha256_update(&p->outer, d, 32);
+  fm_sha256_init(&p->piece);
+  p->in_piece = 0;
+}
+
+void fm_sha_pieces_update(FmShaPieces *p, const void *data, int64_t n) {
+  const uint8_t *b = data;
+  while (n > 0) {
+    const int64_t take = FM_SHA_PIECE - p->in_piece < n ? FM_SHA_PIECE - p->in_piece : n;
+    fm_sha256_update(&p->piece, b, (size_t)take * p->esize);
+    b += (size_t)take * p->esize;
+    n -= take;
+    p->in_piece += take;
+    if (p->in_piece == FM_SHA_PIECE) close_piece(p);
+  }
+}
+
+void fm_sha_pieces_final(FmShaPieces *p, char hex[65]) {
+  if (p->in_piece > 0) close_piece(p);
+  uint8_t out[32];
+  fm_sha256_final(&p->outer, out);
+  fm_hex(out, 32, hex);
+}

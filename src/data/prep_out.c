@@ -218,6 +218,25 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
     free(seg);
     free(pos);
   }
+  /* every shard's checksums, read back (shard j by rank j % P), for the manifest */
+  char(*sums)[FM_SHARD_NDSETS][65] = fm_xcalloc((size_t)(nsh > 0 ? nsh : 1), sizeof *sums);
+  for (int64_t j = p->rank; j < nsh && !rc; j += p->P) {
+    char *path = fm_xmalloc(strlen(p->out) + 80);
+    sprintf(path, "%s/%s_%05lld%s", p->out, split_names[s], (long long)j, is_h5 ? ".h5" : "");
+    const int64_t n = (j + 1) * per < N ? per : N - j * per;
+    FmStoreInfo info = {.row_len = R, .has_position_ids = has_pos};
+    FmShardReader *rd = NULL;
+    int64_t nh = n;
+    rc = is_h5 ? fm__h5_shard_open(&rd, path, NULL, &info, &nh, stderr)
+               : fm__bin_shard_open(&rd, path, &info, n, stderr);
+    if (!rc) {
+      fm__shard_digests(rd, n, R, has_pos, sums[j]);
+      rd->close(rd);
+    }
+    free(path);
+  }
+  rc = agree(p->world, rc);
+  if (!rc) FM_CHECK(fm_comm_allreduce(p->world, sums, sums, nsh * (int64_t)sizeof *sums, FM_DT_U8, FM_OP_BOR));
   /* the manifest, by rank 0 */
   if (!rc && p->rank == 0) {
     FmStr b;
@@ -242,8 +261,11 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
     fm_str_cat(&b, "  \"shards\": [\n");
     for (int64_t j = 0; j < nsh; j++) {
       int64_t a = j * per, e = a + per < N ? a + per : N;
-      fm_str_printf(&b, "    {\"file\": \"%s_%05lld%s\", \"first_seq\": %lld, \"n_seq\": %lld}%s\n", split_names[s],
-                    (long long)j, is_h5 ? ".h5" : "", (long long)a, (long long)(e - a), j + 1 < nsh ? "," : "");
+      fm_str_printf(&b, "    {\"file\": \"%s_%05lld%s\", \"first_seq\": %lld, \"n_seq\": %lld, \"sha256\": {",
+                    split_names[s], (long long)j, is_h5 ? ".h5" : "", (long long)a, (long long)(e - a));
+      for (int d = 0; d < FM_SHARD_NDSETS; d++)
+        if (sums[j][d][0]) fm_str_printf(&b, "%s\"%s\": \"%s\"", d ? ", " : "", fm__shard_dsets[d], sums[j][d]);
+      fm_str_printf(&b, "}}%s\n", j + 1 < nsh ? "," : "");
     }
     fm_str_cat(&b, "  ],\n  \"provenance\": ");
     fm_str_cat(&b, prov);
@@ -261,6 +283,7 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
     fm_str_free(&b);
   }
   rc = agree(p->world, rc);
+  free(sums);
   free(prov);
   fm_str_free(&src);
   free(off);

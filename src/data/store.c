@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fmhpc/hash.h"
 #include "fmhpc/json.h"
 
 struct FmStore {
@@ -62,6 +63,71 @@ static int json_str(const FmJson *o, const char *key, char *buf, size_t cap) {
   if (!j || j->type != FM_JSON_STR) return FM_EFORMAT;
   snprintf(buf, cap, "%s", j->s);
   return 0;
+}
+
+const char *const fm__shard_dsets[FM_SHARD_NDSETS] = {"tokens", "loss_mask", "segment_ids", "position_ids"};
+
+void fm__shard_digests(FmShardReader *r, int64_t n_seq, int64_t R, bool has_pos, char hex[FM_SHARD_NDSETS][65]) {
+  enum { CHUNK = 1024 };
+  int64_t *rows = fm_xmalloc(CHUNK * sizeof *rows);
+  uint32_t *tok = fm_xmalloc((size_t)(CHUNK * R) * sizeof *tok);
+  uint8_t *mask = fm_xmalloc((size_t)(CHUNK * R));
+  int32_t *seg = fm_xmalloc((size_t)(CHUNK * R) * sizeof *seg), *pos = fm_xmalloc((size_t)(CHUNK * R) * sizeof *pos);
+  const void *bufs[FM_SHARD_NDSETS] = {tok, mask, seg, pos};
+  const size_t esize[FM_SHARD_NDSETS] = {4, 1, 4, 4};
+  FmShaPieces p[FM_SHARD_NDSETS];
+  for (int d = 0; d < FM_SHARD_NDSETS; d++) fm_sha_pieces_init(&p[d], esize[d]);
+  for (int64_t a = 0; a < n_seq; a += CHUNK) {
+    const int64_t n = n_seq - a < CHUNK ? n_seq - a : CHUNK;
+    for (int64_t i = 0; i < n; i++) rows[i] = a + i;
+    FM_CHECK(r->read(r, rows, n, false, tok, mask, has_pos ? pos : NULL, seg));
+    for (int d = 0; d < FM_SHARD_NDSETS; d++) fm_sha_pieces_update(&p[d], bufs[d], n * R);
+  }
+  for (int d = 0; d < FM_SHARD_NDSETS; d++) fm_sha_pieces_final(&p[d], hex[d]);
+  if (!has_pos) hex[3][0] = '\0';
+  free(rows);
+  free(tok);
+  free(mask);
+  free(seg);
+  free(pos);
+}
+
+/* Every shard's datasets against the manifest's SHA-256 (a flipped byte that
+ * stays a valid id would train silently): shard s is hashed by rank s % P and
+ * the first mismatch is agreed, so every rank stops with the same message. A
+ * manifest without checksums (before they were written) is not checked. */
+static int verify_shards(FmStore *st, const char *path, const FmJson *shards, FILE *err) {
+  const int P = st->comm ? st->comm->size : 1, me = st->comm ? st->comm->rank : 0;
+  int32_t bad = INT32_MAX, nsums = 0;
+  for (int s = 0; s < st->nshards; s++) {
+    const FmJson *sums = fm_json_get(&shards->items[s], "sha256");
+    if (!sums || sums->type != FM_JSON_OBJ || s % P != me) {
+      nsums += sums != NULL;
+      continue;
+    }
+    nsums++;
+    char hex[FM_SHARD_NDSETS][65];
+    fm__shard_digests(st->shard[s], st->first[s + 1] - st->first[s], st->info.row_len, st->info.has_position_ids, hex);
+    for (int d = 0; d < FM_SHARD_NDSETS && bad == INT32_MAX; d++) {
+      const FmJson *want = fm_json_get(sums, fm__shard_dsets[d]);
+      if (hex[d][0] && (!want || want->type != FM_JSON_STR || strcmp(want->s, hex[d]) != 0))
+        bad = s * FM_SHARD_NDSETS + d;
+    }
+  }
+  if (st->comm) FM_CHECK(fm_comm_allreduce(st->comm, &bad, &bad, 1, FM_DT_I32, FM_OP_MIN));
+  if (bad == INT32_MAX) {
+    if (nsums == st->nshards && st->nshards > 0 && me == 0)
+      fm_log0("data: %s: every dataset of its %d shard%s matches its SHA-256", path, st->nshards,
+              st->nshards == 1 ? "" : "s");
+    return 0;
+  }
+  const FmJson *file = fm_json_get(&shards->items[bad / FM_SHARD_NDSETS], "file");
+  if (err)
+    fprintf(err,
+            "%s: shard '%s': dataset '%s' does not match its SHA-256 in the manifest: the shard was changed or "
+            "damaged after prep\nhint: run task='prep' again, or restore the shard from a copy\n",
+            path, file && file->type == FM_JSON_STR ? file->s : "?", fm__shard_dsets[bad % FM_SHARD_NDSETS]);
+  return FM_EDATA;
 }
 
 /* Shards listed in a manifest; h5 shards must agree with it. */
@@ -155,6 +221,12 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     if (err) fprintf(err, "%s: shards hold %lld rows, n_seq says %lld\n", path, (long long)total, (long long)in->n_seq);
     rc = FM_EFORMAT;
   }
+  if (st->comm) { /* the checksum pass is collective: enter it only together */
+    int32_t all = rc;
+    FM_CHECK(fm_comm_allreduce(st->comm, &all, &all, 1, FM_DT_I32, FM_OP_MIN));
+    if (!rc) rc = all;
+  }
+  if (!rc) rc = verify_shards(st, path, shards, err);
   fm_json_free(&doc);
   return rc;
 }

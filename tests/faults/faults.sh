@@ -14,6 +14,10 @@
 #             is told so, writes step_2 and step_4, and its retention (keep=1)
 #             deletes only its own step_2; B again with resume='auto' resumes
 #             from its own step_4 (the file `latest` names), not A's step_6
+#   checksum  the store's manifest carries each dataset's SHA-256: the intact
+#             store is stated verified; one token changed to another valid id
+#             (a copy of the store) stops training on both ranks, naming the
+#             shard and the dataset
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -84,6 +88,37 @@ run_id)
   expect run_b2 120 0 "resume: $D/ckpt/step_00000004.h5, step 4 .*run id $(grep -o 'run id [0-9a-f]*' "$WORK/run_b.log" | cut -c8-)" \
     "${TRAIN[@]}" train%steps=5 ckpt%every=2 ckpt%keep=1 "run%out_dir='$D/b'" "ckpt%dir='$D/ckpt'"
   echo "PASS: run_id"
+  ;;
+checksum)
+  /usr/bin/python3 - "$DATA" <<'PY'  # the manifest's checksums, recomputed with hashlib
+import hashlib, json, sys
+d = sys.argv[1]
+m = json.load(open(f"{d}/train.json"))
+n = 0
+for sh in m["shards"]:
+    for name, esize in (("tokens", 4), ("loss_mask", 1), ("segment_ids", 4), ("position_ids", 4)):
+        b = open(f"{d}/{sh['file']}.{name}.bin", "rb").read()
+        p = 65536 * esize
+        want = hashlib.sha256(b"".join(hashlib.sha256(b[i:i + p]).digest() for i in range(0, len(b), p))).hexdigest()
+        assert sh["sha256"][name] == want, f"{sh['file']} {name}: manifest {sh['sha256'][name]}, hashlib {want}"
+        n += 1
+print(f"hashlib agrees with the manifest on {n} datasets")
+PY
+  C=$WORK/flipped
+  rm -rf "$C" && cp -r "$DATA" "$C"
+  /usr/bin/python3 - "$C/train_00000.tokens.bin" <<'PY'
+import sys, numpy as np
+t = np.memmap(sys.argv[1], dtype="<u4", mode="r+")
+i = int(np.argmax(t < 1000))  # a small id: +1 stays a valid id
+print(f"tokens[{i}]: {int(t[i])} -> {int(t[i]) + 1}")
+t[i] += 1
+t.flush()
+PY
+  expect sum_ok 120 0 "data: $DATA/train.json: every dataset of its 1 shard matches its SHA-256" "${TRAIN[@]}" \
+    train%steps=1 "run%out_dir='$WORK/sum_ok'"
+  expect sum_bad 120 nz "$C/train.json: shard 'train_00000': dataset 'tokens' does not match its SHA-256 in the manifest" \
+    "${TRAIN[@]}" train%steps=1 "data%train='$C/train.json'" "run%out_dir='$WORK/sum_bad'"
+  echo "PASS: checksum"
   ;;
 messages)
   for i in 1 2 3 4 5; do

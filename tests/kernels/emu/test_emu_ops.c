@@ -713,8 +713,9 @@ FM_TEST(emulated_table) {
 #include "fmhpc/ops.def"
 #undef FM_OP
   printf(
-      "emu: %d of %d backend ops have a CUDA kernel, each tested under the emulator (+ quant_add, the exact "
+      "emu: %d of %d backend ops have a CUDA kernel, each run by the emulator against the CPU op under %d schedules (+ "
+      "quant_add, the exact "
       "reduction's)\n",
-      with_cuda, ops);
+      with_cuda, ops, NSCHED);
   FM_EXPECT_EQ_INT(with_cuda, (int)(sizeof tested / sizeof tested[0]));
 }

@@ -17,6 +17,20 @@ typedef char *fm_deck_STR; /* owned by the config; never NULL after binding */
 
 /* FmConfig: one struct per group, one field per key: cfg.model.d_model,
  * cfg.optim.betas[1] (with cfg.optim.betas_n values set). */
+/* Key ids: FM_KEY_model_d_model, ... in registry order. */
+enum {
+#define FM_GROUP(g, help)
+#define FM_KEY(g, name, type, def, range, help)        FM_KEY_##g##_##name,
+#define FM_KEYA(g, name, type, nmax, def, range, help) FM_KEY_##g##_##name,
+#define FM_END(g)
+#include "../../src/deck/keys.def"
+#undef FM_GROUP
+#undef FM_KEY
+#undef FM_KEYA
+#undef FM_END
+  FM_NKEYS
+};
+
 typedef struct FmConfig {
 #define FM_GROUP(g, help) struct {
 #define FM_KEY(g, name, type, def, range, help) fm_deck_##type name;
@@ -31,21 +45,17 @@ typedef struct FmConfig {
 #undef FM_KEY
 #undef FM_KEYA
 #undef FM_END
+  /* Choice keys bound once: for a scalar STR key with a choice list, the
+   * index of its value in that list (keys.def's order; the enums below name
+   * them), -1 for other keys. Set whenever the key is bound. */
+  int choice[FM_NKEYS];
 } FmConfig;
 
-/* Key ids: FM_KEY_model_d_model, ... in registry order. */
-enum {
-#define FM_GROUP(g, help)
-#define FM_KEY(g, name, type, def, range, help) FM_KEY_##g##_##name,
-#define FM_KEYA(g, name, type, nmax, def, range, help) FM_KEY_##g##_##name,
-#define FM_END(g)
-#include "../../src/deck/keys.def"
-#undef FM_GROUP
-#undef FM_KEY
-#undef FM_KEYA
-#undef FM_END
-  FM_NKEYS
-};
+/* Choice-key values as enums: c->choice[FM_KEY_train_precision] ==
+ * FM_PRECISION_BF16. The order is the key's list in keys.def; test_deck_bind
+ * binds every spelling and checks its index. */
+enum { FM_PRECISION_F32 = 0, FM_PRECISION_BF16 = 1 };       /* &train precision: p=f32,c=f32 | p=f32,c=bf16 */
+enum { FM_DETERMINISM_EXACT = 0, FM_DETERMINISM_FAST = 1 }; /* &train determinism: exact | fast */
 
 /* Where a key's value came from: a deck file, a command-line override, or
  * the registry default (file == NULL). */

@@ -145,6 +145,19 @@ typedef struct Scalar {
   size_t slen;
 } Scalar;
 
+/* The index of s in the choice list "a|b|c" (case-insensitive), or -1. */
+static int choice_index(const char *choices, const char *s) {
+  int idx = 0;
+  for (const char *p = choices; *p; idx++) {
+    size_t len = strcspn(p, "|");
+    char choice[FM_NL_NAME_MAX];
+    snprintf(choice, sizeof choice, "%.*s", (int)len, p);
+    if (fm_strcasecmp(choice, s) == 0) return idx;
+    p += len + (p[len] == '|');
+  }
+  return -1;
+}
+
 static void store(FmConfig *c, int k, int i, const Scalar *v) {
   void *p = elem_ptr(c, k, i);
   switch (keys[k].info.type) {
@@ -160,6 +173,8 @@ static void store(FmConfig *c, int k, int i, const Scalar *v) {
     case FM_TYPE_STR:
       free(*(fm_deck_STR *)p);
       *(fm_deck_STR *)p = fm_xstrndup(v->s, v->slen);
+      if (keys[k].info.nmax == 1 && keys[k].info.range[0])
+        c->choice[k] = choice_index(keys[k].info.range, *(fm_deck_STR *)p);
       break;
   }
 }
@@ -670,6 +685,7 @@ static void bind_default(FmDeck *d, int k) {
 
 void fm_deck_init(FmDeck *d) {
   memset(d, 0, sizeof *d);
+  for (int k = 0; k < FM_NKEYS; k++) d->c.choice[k] = -1;
   for (int k = 0; k < FM_NKEYS; k++)
     if (keys[k].info.type == FM_TYPE_STR)
       for (int i = 0; i < keys[k].info.nmax; i++) *(fm_deck_STR *)elem_ptr(&d->c, k, i) = fm_xstrdup("");

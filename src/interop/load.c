@@ -24,7 +24,7 @@ int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts 
   const FmBackend *be = o->be ? o->be : fm_backend_cpu();
   rc = fm_model_create(&out->model, out->kind, &out->dims, be, o->micro_batch, o->recompute, err);
   if (rc) return rc;
-  fm_model_set_compute_bf16(out->model, strstr(c->train.precision, "c=bf16") != NULL);
+  fm_model_set_compute_bf16(out->model, c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16);
   if (o->hf_dir && o->hf_dir[0]) return fm_model_import(out->model, o->hf_dir, comm, err);
   if (o->init)
     fm_model_init_weights(out->model, (uint64_t)c->run.seed, c->model.init_std, c->model.residual_scaled_init);

@@ -54,14 +54,14 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   fm_table_free(&tab);
 
   const double n = (double)p->n_params_rank;
-  const int bf16 = strstr(c->train.precision, "c=bf16") != NULL;
+  const int bf16 = c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16;
   const int zero = (int)c->parallel.zero;
   const double shard = zero ? 1.0 / p->dp : 1.0;
   p->compute_bytes = bf16 ? 2 : 4;
   p->params = n * p->compute_bytes;
   p->master = bf16 ? n * 4 * shard : 0; /* with f32 compute the weights are the master */
   p->grads = n * 4;
-  p->grad_accum = n * (strcmp(c->train.determinism, "exact") == 0 ? 8 : 4);
+  p->grad_accum = n * (c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT ? 8 : 4);
   p->optim_state = n * 4 * p->optim->state_per_param * shard;
   const int64_t b = c->train.micro_batch;
   /* From the activation table the model allocates (and its batch buffers). */
@@ -98,7 +98,7 @@ void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out) {
   if (p->master > 0) row(out, "fp32 master shard", p->master, c->parallel.zero ? "1/dp of the weights" : "full");
   row(out, "gradients", p->grads, "fp32, one micro-batch");
   row(out, "gradient accumulator", p->grad_accum,
-      strcmp(c->train.determinism, "exact") == 0 ? "int64 fixed point (determinism='exact')" : "fp32");
+      c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT ? "int64 fixed point (determinism='exact')" : "fp32");
   char note[64];
   snprintf(note, sizeof note, "%d fp32 values per parameter%s", p->optim->state_per_param,
            c->parallel.zero ? ", 1/dp" : "");

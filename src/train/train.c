@@ -290,7 +290,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   fm_sampler_my_micro(&r->sampler, &r->first, &r->count);
 
   const FmTensorTable *pt = fm_model_params(r->model);
-  fm_reduce_create(&r->red, pt->numel, r->M, strcmp(c->train.determinism, "exact") == 0, dp);
+  fm_reduce_create(&r->red, pt->numel, r->M, c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT, dp);
   if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, fm_reduce_lo(&r->red), fm_reduce_hi(&r->red), err)))
     return rc;
   if ((rc = fm_schedule_from_deck(&r->sched, deck, err))) return rc;

@@ -465,3 +465,33 @@ FM_TEST(reference_decks_bind) {
     free(text);
   }
 }
+
+/* Choice keys are bound to their enums once, at binding: every spelling of
+ * &train precision and determinism (any case) gives the enum of its place in
+ * keys.def's list, defaults included; keys without a list stay -1. */
+FM_TEST(choice_keys_bind_to_enums) {
+  static const struct {
+    const char *text;
+    int key, want;
+  } cases[] = {
+      {"&train precision = 'p=f32,c=bf16' /\n", FM_KEY_train_precision, FM_PRECISION_BF16},
+      {"&train precision = 'P=F32,C=F32' /\n", FM_KEY_train_precision, FM_PRECISION_F32},
+      {"&train determinism = 'fast' /\n", FM_KEY_train_determinism, FM_DETERMINISM_FAST},
+      {"&train determinism = 'EXACT' /\n", FM_KEY_train_determinism, FM_DETERMINISM_EXACT},
+      {"&optim schedule = 'inv_sqrt' /\n", FM_KEY_optim_schedule, 4},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    FmDeck d;
+    fm_deck_init(&d);
+    FM_EXPECT_EQ_INT(d.c.choice[FM_KEY_train_precision], FM_PRECISION_F32); /* the default */
+    FM_EXPECT_EQ_INT(d.c.choice[FM_KEY_train_determinism], FM_DETERMINISM_EXACT);
+    FmDeckSource src = {"t.in", cases[i].text, false};
+    char *msgs = NULL;
+    FM_REQUIRE(deck_bind_capture(&d, 1, &src, &msgs) == 0);
+    free(msgs);
+    FM_EXPECT_EQ_INT(d.c.choice[cases[i].key], cases[i].want);
+    FM_EXPECT_EQ_INT(d.c.choice[FM_KEY_run_name], -1);
+    FM_EXPECT_EQ_INT(d.c.choice[FM_KEY_model_d_model], -1);
+    fm_deck_free(&d);
+  }
+}

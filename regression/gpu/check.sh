@@ -39,8 +39,11 @@ echo "== configure ($build, CUDA archs $archs)"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFMHPC_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$archs" ${CMAKE_ARGS:-}
 echo "== build (-j$jobs): fmhpc, test_cuda_ops"
-cmake --build "$build" -j "$jobs" --target fmhpc test_cuda_ops 2>&1 | tee "$build/gpu-build.log" | grep -v '^ptxas info' || true
-[ "${PIPESTATUS[0]}" -eq 0 ] || { echo "build failed: $build/gpu-build.log" >&2; exit 1; }
+set +e
+cmake --build "$build" -j "$jobs" --target fmhpc test_cuda_ops 2>&1 | tee "$build/gpu-build.log" | grep -v '^ptxas info'
+brc=${PIPESTATUS[0]}
+set -e
+[ "$brc" -eq 0 ] || { echo "build failed (exit $brc): $build/gpu-build.log" >&2; exit 1; }
 
 # ptxas -v, per kernel and architecture: registers, shared memory, spills.
 echo

@@ -18,6 +18,11 @@
 #             store is stated verified; one token changed to another valid id
 #             (a copy of the store) stops training on both ranks, naming the
 #             shard and the dataset
+#   rank_kill rank 1 SIGKILLed mid-run (not the launcher) after a checkpoint:
+#             the job ends within 60 s with Open MPI naming the lost rank
+#             (mpirun ends every rank at a rank's abnormal exit: no heartbeat of
+#             our own is needed); resume='auto' then finishes with the
+#             uninterrupted run's final weights (SHA-256)
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -119,6 +124,37 @@ PY
   expect sum_bad 120 nz "$C/train.json: shard 'train_00000': dataset 'tokens' does not match its SHA-256 in the manifest" \
     "${TRAIN[@]}" train%steps=1 "data%train='$C/train.json'" "run%out_dir='$WORK/sum_bad'"
   echo "PASS: checksum"
+  ;;
+rank_kill)
+  K=$WORK/kill
+  rm -rf "$K"
+  KT=("${TRAIN[@]}" train%steps=12 ckpt%every=3 log%every=1)
+  expect kill_ref 300 0 "done: 12 steps" "${KT[@]}" "run%out_dir='$K/ref'"
+  "$MPIEXEC" -n 2 "$FMHPC" "${KT[@]}" "run%out_dir='$K/run'" > "$WORK/kill_run.log" 2>&1 &
+  launcher=$!
+  for _ in $(seq 600); do [ -f "$K/run/ckpt/latest" ] && break; sleep 0.1; done
+  [ -f "$K/run/ckpt/latest" ] || fail "rank_kill: no checkpoint after 60 s"
+  victim=
+  for c in $(pgrep -P "$launcher"); do # this launcher's own children only
+    tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$c
+  done
+  [ -n "$victim" ] || fail "rank_kill: rank 1's process not found under mpiexec $launcher"
+  t0=$(date +%s)
+  kill -KILL "$victim"
+  rc=0
+  for _ in $(seq 600); do kill -0 "$launcher" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$launcher" 2>/dev/null; then kill -KILL "$launcher"; fail "rank_kill: job still running 60 s after rank 1 died"; fi
+  wait "$launcher" || rc=$?
+  echo "rank_kill: rank 1 (pid $victim) killed after $(cat "$K/run/ckpt/latest"); job ended $(( $(date +%s) - t0 )) s later, status $rc"
+  [ "$rc" -ne 0 ] || fail "rank_kill: the job exited 0"
+  grep -E "rank 1 .*exited on signal 9|process rank 1 .*signal 9" "$WORK/kill_run.log" ||
+    { tail -20 "$WORK/kill_run.log"; fail "rank_kill: no message naming rank 1"; }
+  expect kill_resume 300 0 "resume: .*step_000000[0-9][0-9].h5" "${KT[@]}" "run%out_dir='$K/run'"
+  want=$(grep -o '"weights_sha256": "[0-9a-f]*"' "$K/ref/summary.json")
+  got=$(grep -o '"weights_sha256": "[0-9a-f]*"' "$K/run/summary.json")
+  [ -n "$want" ] && [ "$want" = "$got" ] || fail "rank_kill: resumed weights $got differ from the uninterrupted $want"
+  echo "rank_kill: the resumed run's final weights equal the uninterrupted run's ($want)"
+  echo "PASS: rank_kill"
   ;;
 messages)
   for i in 1 2 3 4 5; do

@@ -10,6 +10,7 @@
  * gradient sums), data/sampler.c (stateless sample order) and here: the loss is
  * gathered per micro-batch and summed in micro-batch order, validation batches
  * likewise. Setup, evaluation and reporting are below the loop. */
+#define _GNU_SOURCE /* fopencookie: setup messages kept per rank */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -467,12 +468,49 @@ static void test_signal_hook(const FmComm *dp, int64_t step) {
   if (at && atoll(at) == step && dp->rank == dp->size - 1) raise(SIGUSR1);
 }
 
+/* The other ranks' setup messages: kept, not printed. */
+static ssize_t tee_write_quiet(void *cookie, const char *buf, size_t n) {
+  fm_str_catn(cookie, buf, n);
+  return (ssize_t)n;
+}
+
+/* Rank 0's error stream during setup: stderr, and a copy kept to compare. */
+static ssize_t tee_write(void *cookie, const char *buf, size_t n) {
+  fwrite(buf, 1, n, stderr);
+  fm_str_catn(cookie, buf, n);
+  return (ssize_t)n;
+}
+
+/* A setup error seen by some ranks only (a file one node cannot read) ends
+ * every rank; the user reads rank 0's message, and when the lowest rank that
+ * failed with a different message is another one, that rank's message too
+ * (ranks other than 0 set up with their messages kept, not printed). */
+static void say_setup_errors(FmComm *dp, int rc, const char *mine) {
+  char *said0 = dp->rank == 0 ? fm_xstrdup(mine) : NULL;
+  FM_CHECK(fm_comm_bcast_str(dp, &said0, 0));
+  int32_t me = rc && mine[0] && strcmp(mine, said0) != 0 ? dp->rank : INT32_MAX, first = INT32_MAX;
+  FM_CHECK(fm_comm_allreduce(dp, &me, &first, 1, FM_DT_I32, FM_OP_MIN));
+  if (first == dp->rank) {
+    fprintf(stderr, "fmhpc[rank %d]: %s", dp->rank, mine);
+    fflush(stderr);
+  }
+  free(said0);
+}
+
 int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   Run r;
   FILE *err = dp->rank == 0 ? stderr : NULL;
-  int rc = setup(&r, deck, dp, err);
+  FmStr said;
+  fm_str_init(&said);
+  FILE *serr = dp->rank == 0 ? fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write})
+                             : fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write_quiet});
+  setvbuf(serr, NULL, _IONBF, 0);
+  int rc = setup(&r, deck, dp, serr);
+  fclose(serr);
   int32_t ok = rc == 0, all_ok = 0; /* a setup error seen by some ranks (a file) ends all */
   fm_comm_allreduce(dp, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
+  if (!all_ok) say_setup_errors(dp, rc, said.s);
+  fm_str_free(&said);
   if (!all_ok) {
     teardown(&r);
     return rc ? rc : FM_EIO;

@@ -23,6 +23,9 @@
 #             (mpirun ends every rank at a rank's abnormal exit: no heartbeat of
 #             our own is needed); resume='auto' then finishes with the
 #             uninterrupted run's final weights (SHA-256)
+#   rank_file rank 1 alone cannot read the store's shard (MPMD: its own
+#             data%train names a directory without it): every rank stops,
+#             within seconds, and rank 1's message naming the file is shown
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -155,6 +158,18 @@ rank_kill)
   [ -n "$want" ] && [ "$want" = "$got" ] || fail "rank_kill: resumed weights $got differ from the uninterrupted $want"
   echo "rank_kill: the resumed run's final weights equal the uninterrupted run's ($want)"
   echo "PASS: rank_kill"
+  ;;
+rank_file)
+  H=$WORK/half
+  rm -rf "$H" && mkdir -p "$H" && cp "$DATA/train.json" "$H/"
+  rc=0
+  timeout -k 5 60 "$MPIEXEC" -n 1 "$FMHPC" "${TRAIN[@]}" "run%out_dir='$WORK/rank_file'" : \
+    -n 1 "$FMHPC" "${TRAIN[@]}" "data%train='$H/train.json'" "run%out_dir='$WORK/rank_file'" > "$WORK/rank_file.log" 2>&1 || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "rank_file: still running after 60 s (a hang)"
+  [ "$rc" -ne 0 ] || fail "rank_file: exited 0"
+  grep -E "fmhpc\[rank 1\]: $H/train_00000.tokens.bin: cannot open" "$WORK/rank_file.log" ||
+    { tail -20 "$WORK/rank_file.log"; fail "rank_file: rank 1's message is not shown"; }
+  echo "PASS: rank_file"
   ;;
 messages)
   for i in 1 2 3 4 5; do

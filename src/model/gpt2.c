@@ -128,15 +128,14 @@ static Gpt2Block gpt2_block(const FmModel *m, float *arena, int64_t l) {
 }
 
 typedef struct Gpt2Acts {
-  float *in, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse, *res_att, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *out;
+  float *in, *out; /* the residual stream before and after the block */
+  GPT2_ACTS(FM__ACT_FIELD)
 } Gpt2Acts;
 
 static Gpt2Acts gpt2_block_acts(const FmModel *m, int64_t l) {
-  return (Gpt2Acts){fm__act(m, A_res, l),      fm__act(m, A_ln1, l),      fm__act(m, A_ln1_mean, l),
-                    fm__act(m, A_ln1_rstd, l), fm__act(m, A_qkv, l),      fm__act(m, A_atty, l),
-                    fm__act(m, A_lse, l),      fm__act(m, A_res_att, l),  fm__act(m, A_ln2, l),
-                    fm__act(m, A_ln2_mean, l), fm__act(m, A_ln2_rstd, l), fm__act(m, A_fch, l),
-                    fm__act(m, A_fch_gelu, l), fm__act(m, A_res, l + 1)};
+  Gpt2Acts a = {.in = fm__act(m, A_res, l), .out = fm__act(m, A_res, l + 1)};
+  GPT2_ACTS(FM__ACT_SET)
+  return a;
 }
 
 /* ---- forward ------------------------------------------------------------------ */

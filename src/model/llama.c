@@ -124,14 +124,14 @@ static LlamaBlock llama_block(const FmModel *m, float *arena, int64_t l) {
 }
 
 typedef struct LlamaActs {
-  float *in, *ln1, *ln1_rstd, *q, *k, *v, *atty, *lse, *res_att, *ln2, *ln2_rstd, *gate, *up, *swi, *out;
+  float *in, *out; /* the residual stream before and after the block */
+  LLAMA_ACTS(FM__ACT_FIELD)
 } LlamaActs;
 
 static LlamaActs llama_block_acts(const FmModel *m, int64_t l) {
-  return (LlamaActs){fm__act(m, A_res, l),     fm__act(m, A_ln1, l), fm__act(m, A_ln1_rstd, l), fm__act(m, A_q, l),
-                     fm__act(m, A_k, l),       fm__act(m, A_v, l),   fm__act(m, A_atty, l),     fm__act(m, A_lse, l),
-                     fm__act(m, A_res_att, l), fm__act(m, A_ln2, l), fm__act(m, A_ln2_rstd, l), fm__act(m, A_gate, l),
-                     fm__act(m, A_up, l),      fm__act(m, A_swi, l), fm__act(m, A_res, l + 1)};
+  LlamaActs a = {.in = fm__act(m, A_res, l), .out = fm__act(m, A_res, l + 1)};
+  LLAMA_ACTS(FM__ACT_SET)
+  return a;
 }
 
 /* ---- forward ------------------------------------------------------------------ */

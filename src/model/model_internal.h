@@ -83,4 +83,19 @@ static inline void fm__round_act(const FmModel *m, float *x, int64_t n) {
   if (m->bf16) m->be->round_bf16(x, n);
 }
 
+/* A block's activations as named fields, generated from a model's X-macro
+ * activation list (X(id, kind, elems)): one `float *id` per FM_ACT_LAYER
+ * entry, set to layer l's copy by FM__ACT_SET inside a function with `a`,
+ * `m` and `l` in scope. The struct adds `in` and `out` (residual l, l+1). */
+#define FM__ACT_FIELD_FM_ACT_LAYER(id) float *id;
+#define FM__ACT_FIELD_FM_ACT_RESID(id)
+#define FM__ACT_FIELD_FM_ACT_ONCE(id)
+#define FM__ACT_FIELD_FM_ACT_GRAD(id)
+#define FM__ACT_FIELD(id, kind, elems) FM__ACT_FIELD_##kind(id)
+#define FM__ACT_SET_FM_ACT_LAYER(id)   a.id = fm__act(m, A_##id, l);
+#define FM__ACT_SET_FM_ACT_RESID(id)
+#define FM__ACT_SET_FM_ACT_ONCE(id)
+#define FM__ACT_SET_FM_ACT_GRAD(id)
+#define FM__ACT_SET(id, kind, elems) FM__ACT_SET_##kind(id)
+
 #endif

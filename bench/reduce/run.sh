@@ -3,7 +3,7 @@
 # reduction (quantise + int64 reduce-scatter + convert + fp32 all-gather of the
 # parameters) against a float MPI_Allreduce of the same size (plain DDP) and
 # fmhpc's fast mode, at P = 2 and 4 (oversubscribed on small machines).
-# Goal: exact <= 1.3x the float allreduce. Not run in CI.
+# Goal: exact <= 1.5x the float allreduce (issue 15). Not run in CI.
 #   bench/reduce/run.sh [CPU_BUILD_DIR (default: build-bench, made here)] [N_PARAMS (GPT-2 124M)] [REPS]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"

@@ -43,6 +43,7 @@ typedef struct FmReduce {
   float *amax_prev;       /* (nblocks) the previous step's, reduced over ranks */
   int64_t *acc;           /* (P*S) int64 accumulator, padded layout (exact) */
   int64_t *acc_shard;     /* (S) reduce-scatter result (exact) */
+  FmRing *ring;           /* the int64 reduce-scatter's pipeline (exact) */
   float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode, all-gather) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */
   double *norm_mine;      /* (norm_nb) this rank's block sums of squares */

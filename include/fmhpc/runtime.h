@@ -76,6 +76,19 @@ static inline int fm_comm_allreduce(FmComm *c, const void *s, void *r, int64_t n
 static inline int fm_comm_barrier(FmComm *c) { return c->ops->barrier(c); }
 void fm_comm_destroy(FmComm *c);
 
+/* The int64 SUM reduce-scatter of the exact gradient reduction, as a
+ * pipelined ring over nonblocking point-to-point: P-1 steps, each block cut
+ * into chunks; a chunk is received, added to this rank's block and sent on
+ * while the next chunks are in flight. Integer sums are exact (two's
+ * complement, wrapping), so the bits equal fm_comm_reduce_scatter's for any
+ * schedule. Sized once for blocks of n elements (no allocation per call);
+ * other kinds than "mpi" fall back to fm_comm_reduce_scatter. */
+typedef struct FmRing FmRing;
+FmRing *fm_comm_ring_create(FmComm *c, int64_t n);
+/* send holds size*n elements; recv gets the sum of every rank's block `rank`. */
+int fm_comm_ring_reduce_scatter_i64(FmRing *ring, const int64_t *send, int64_t *recv);
+void fm_comm_ring_free(FmRing *ring);
+
 /* Broadcast a string (any length) from root; *s is replaced on other ranks
  * with a malloc'd copy (free with free()); their old *s is not freed. A NULL
  * on root arrives as NULL everywhere. Goes over c->mpi with host buffers, so
@@ -126,6 +139,11 @@ void fm_mesh_destroy(FmMesh *m);
 /* Largest element count one MPI call carries (default INT_MAX); returns the
  * old value. Tests set it small to exercise the >INT_MAX splitting. */
 int64_t fm__comm_mpi_set_max_count(int64_t max_count);
+/* Elements per ring chunk for rings created afterwards (default 128Ki, also
+ * capped by max_count; 0: no ring, fm_comm_reduce_scatter instead, for
+ * bench/reduce's side-by-side; < 0: the default); returns the old value.
+ * Tests set it small to run many chunks through the pipeline. */
+int64_t fm__comm_mpi_set_ring_chunk(int64_t chunk);
 /* MPI collective calls issued by comm_mpi.c since start (to see the split). */
 int64_t fm__comm_mpi_calls(void);
 /* Pretend nodes hold `ranks_per_node` consecutive world ranks (0: the real

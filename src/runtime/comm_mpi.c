@@ -263,3 +263,112 @@ int fm_comm_bcast_str(FmComm *c, char **s, int root) {
   }
   return rc;
 }
+
+/* ---- the pipelined int64 ring reduce-scatter (runtime.h) ---------------- */
+
+enum { RING_SLOTS = 4 };                     /* receives in flight */
+static int64_t ring_chunk_default = 1 << 17; /* 1 MiB of int64 */
+
+int64_t fm__comm_mpi_set_ring_chunk(int64_t chunk) {
+  int64_t old = ring_chunk_default;
+  ring_chunk_default = chunk >= 0 ? chunk : (int64_t)1 << 17;
+  return old;
+}
+
+struct FmRing {
+  FmComm *c;
+  int64_t n, k, nchunks; /* block size, chunk size, chunks per block */
+  int64_t *slot;         /* RING_SLOTS chunks being received */
+  MPI_Request *sreq;     /* the last send of each chunk of the block */
+};
+
+FmRing *fm_comm_ring_create(FmComm *c, int64_t n) {
+  FmRing *g = fm_xcalloc(1, sizeof *g);
+  g->c = c;
+  g->n = n > 0 ? n : 0;
+  g->k = min64(min64(ring_chunk_default > 0 ? ring_chunk_default : 1, max_count), g->n > 0 ? g->n : 1);
+  g->nchunks = (g->n + g->k - 1) / g->k;
+  if (strcmp(c->kind, "mpi") == 0 && c->size > 1 && g->n > 0 && ring_chunk_default > 0) {
+    g->slot = fm_xmalloc((size_t)RING_SLOTS * (size_t)g->k * sizeof *g->slot);
+    g->sreq = fm_xmalloc((size_t)g->nchunks * sizeof(MPI_Request));
+  }
+  return g;
+}
+
+void fm_comm_ring_free(FmRing *g) {
+  if (!g) return;
+  free(g->slot);
+  free(g->sreq);
+  free(g);
+}
+
+/* Step s (0 .. P-2) of rank r receives the partial sum of block
+ * (r - s - 2) mod P from the left, adds its own part and (but at the last
+ * step, where the block is r: the result) sends it on to the right. Step 0
+ * sends block r - 1 straight from `send`. Chunk j = s * nchunks + c flows in
+ * that order over one tag, so MPI's non-overtaking rule matches the sends and
+ * receives in order. Progress: the rank furthest behind can always go on
+ * (what it waits for was sent before), so there is no deadlock. Partial sums
+ * live in recv (the block of step s overwrites that of step s-1 once its send
+ * is done). */
+int fm_comm_ring_reduce_scatter_i64(FmRing *g, const int64_t *send, int64_t *recv) {
+  FmComm *c = g->c;
+  const int64_t n = g->n, k = g->k, K = g->nchunks;
+  if (n == 0) return 0;
+  if (!g->slot) {
+    if (c->size == 1) {
+      memcpy(recv, send, (size_t)n * sizeof *recv);
+      return 0;
+    }
+    return fm_comm_reduce_scatter(c, send, recv, n, FM_DT_I64, FM_OP_SUM);
+  }
+  const int P = c->size, r = c->rank, right = (r + 1) % P, left = (r + P - 1) % P;
+  const int64_t total = (int64_t)(P - 1) * K;
+  MPI_Request rreq[RING_SLOTS];
+  int rc = 0, e = MPI_SUCCESS;
+  const char *what = "";
+  for (int i = 0; i < RING_SLOTS; i++) rreq[i] = MPI_REQUEST_NULL;
+  for (int64_t cc = 0; cc < K; cc++) g->sreq[cc] = MPI_REQUEST_NULL;
+  const int64_t *first = send + (int64_t)((r + P - 1) % P) * n;
+  for (int64_t cc = 0; cc < K && e == MPI_SUCCESS; cc++) {
+    ncalls++;
+    what = "MPI_Isend (ring)";
+    e = MPI_Isend(first + cc * k, (int)min64(k, n - cc * k), MPI_INT64_T, right, 0, c->mpi, &g->sreq[cc]);
+  }
+  for (int64_t j = 0; j < total && j < RING_SLOTS && e == MPI_SUCCESS; j++) {
+    ncalls++;
+    what = "MPI_Irecv (ring)";
+    e = MPI_Irecv(g->slot + j * k, (int)min64(k, n - (j % K) * k), MPI_INT64_T, left, 0, c->mpi, &rreq[j]);
+  }
+  for (int64_t j = 0; j < total && e == MPI_SUCCESS; j++) {
+    const int64_t s = j / K, cc = j % K, len = min64(k, n - cc * k);
+    const int blk = (int)((r - s - 2 + 2 * (int64_t)P) % P);
+    int64_t *in = g->slot + (j % RING_SLOTS) * k, *out = recv + cc * k;
+    const int64_t *mine = send + (int64_t)blk * n + cc * k;
+    what = "MPI_Wait (ring receive)";
+    e = MPI_Wait(&rreq[j % RING_SLOTS], MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS) break;
+    what = "MPI_Wait (ring send)";
+    e = MPI_Wait(&g->sreq[cc], MPI_STATUS_IGNORE); /* out's previous partial has left */
+    if (e != MPI_SUCCESS) break;
+    for (int64_t i = 0; i < len; i++) out[i] = (int64_t)((uint64_t)in[i] + (uint64_t)mine[i]);
+    if (j + RING_SLOTS < total) {
+      const int64_t jn = j + RING_SLOTS;
+      ncalls++;
+      what = "MPI_Irecv (ring)";
+      e = MPI_Irecv(in, (int)min64(k, n - (jn % K) * k), MPI_INT64_T, left, 0, c->mpi, &rreq[j % RING_SLOTS]);
+      if (e != MPI_SUCCESS) break;
+    }
+    if (s < P - 2) {
+      ncalls++;
+      what = "MPI_Isend (ring)";
+      e = MPI_Isend(out, (int)len, MPI_INT64_T, right, 0, c->mpi, &g->sreq[cc]);
+    }
+  }
+  if (e == MPI_SUCCESS) {
+    what = "MPI_Waitall (ring sends)";
+    e = MPI_Waitall((int)K, g->sreq, MPI_STATUSES_IGNORE);
+  }
+  if (e != MPI_SUCCESS) rc = report_mpi(what, __FILE__, __LINE__, e);
+  return rc;
+}

@@ -48,6 +48,7 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   if (exact) {
     g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
     g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
+    g->ring = fm_comm_ring_create(dp, g->S);
   }
   /* fast mode stages the whole gradient here; both modes stage the shard
    * for the parameter all-gather */
@@ -74,6 +75,7 @@ void fm_reduce_free(FmReduce *g) {
   free(g->amax_prev);
   free(g->acc);
   free(g->acc_shard);
+  fm_comm_ring_free(g->ring);
   free(g->sendf);
   free(g->shardf);
   free(g->norm_mine);
@@ -219,7 +221,7 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     g->redone++;
     return 1;
   }
-  FM_CHECK(fm_comm_reduce_scatter(g->comm, g->acc, g->acc_shard, g->S, FM_DT_I64, FM_OP_SUM));
+  FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
   for (int64_t i0 = 0; i0 < len; i0 += FM_CLIP_BLOCK) { /* shards start on block boundaries */
     const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_CLIP_BLOCK]);
     const int64_t i1 = i0 + FM_CLIP_BLOCK < len ? i0 + FM_CLIP_BLOCK : len;

@@ -437,3 +437,70 @@ FM_TEST(nccl_create_without_gpu_fails_cleanly) {
   fm_comm_destroy(c);
 #endif
 }
+
+/* A pseudo-random int64 of (rank, block, i) over the whole range, so sums wrap. */
+static int64_t ring_value(int64_t rank, int64_t blk, int64_t i) {
+  uint64_t z = (uint64_t)rank * 0x9E3779B97F4A7C15u + (uint64_t)blk * 0xBF58476D1CE4E5B9u + (uint64_t)i + 1;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9u;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBu;
+  return (int64_t)(z ^ (z >> 31));
+}
+
+/* The pipelined ring reduce-scatter against the sum every rank can compute
+ * itself (wrapping two's complement) and against MPI's reduce-scatter, bit for
+ * bit: block sizes below, at and across the chunk size (chunks of 3 and 1, so
+ * many chunks and steps are in flight), zero elements, and a chunk capped by
+ * the max_count knob. */
+FM_TEST(ring_reduce_scatter_i64_is_exact) {
+  FmComm *c = fm_comm_mpi_create(MPI_COMM_WORLD);
+  const int64_t P = c->size, me = c->rank;
+  const int64_t sizes[] = {0, 1, 2, 3, 7, 23, 100, 1000};
+  const int64_t chunks[] = {3, 1, 1 << 17, 0}; /* 0: no ring, MPI's reduce-scatter */
+  int64_t compared = 0;
+  for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+    int64_t old = fm__comm_mpi_set_ring_chunk(chunks[ci]);
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+      const int64_t n = sizes[si];
+      int64_t *send = fm_xmalloc((size_t)(P * n + 1) * sizeof *send);
+      int64_t *got = fm_xmalloc((size_t)(n + 1) * sizeof *got), *mpi = fm_xmalloc((size_t)(n + 1) * sizeof *mpi);
+      for (int64_t b = 0; b < P; b++)
+        for (int64_t i = 0; i < n; i++) send[b * n + i] = ring_value(me, b, i);
+      FmRing *ring = fm_comm_ring_create(c, n);
+      FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got), 0);
+      FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got), 0); /* reusable */
+      fm_comm_ring_free(ring);
+      if (n > 0) FM_EXPECT_EQ_INT(fm_comm_reduce_scatter(c, send, mpi, n, FM_DT_I64, FM_OP_SUM), 0);
+      for (int64_t i = 0; i < n; i++) {
+        uint64_t want = 0;
+        for (int64_t q = 0; q < P; q++) want += (uint64_t)ring_value(q, me, i);
+        FM_EXPECT_EQ_INT(got[i], (int64_t)want);
+        FM_EXPECT_EQ_INT(got[i], mpi[i]);
+        compared++;
+      }
+      free(send);
+      free(got);
+      free(mpi);
+    }
+    fm__comm_mpi_set_ring_chunk(old);
+  }
+  int64_t old = fm__comm_mpi_set_max_count(5); /* the chunk is capped by max_count */
+  {
+    enum { N = 37 };
+    int64_t *send = fm_xmalloc((size_t)(P * N) * sizeof *send), got[N];
+    for (int64_t b = 0; b < P; b++)
+      for (int64_t i = 0; i < N; i++) send[b * N + i] = ring_value(me, b, i);
+    FmRing *ring = fm_comm_ring_create(c, N);
+    FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got), 0);
+    fm_comm_ring_free(ring);
+    for (int64_t i = 0; i < N; i++) {
+      uint64_t want = 0;
+      for (int64_t q = 0; q < P; q++) want += (uint64_t)ring_value(q, me, i);
+      FM_EXPECT_EQ_INT(got[i], (int64_t)want);
+      compared++;
+    }
+    free(send);
+  }
+  fm__comm_mpi_set_max_count(old);
+  FM_EXPECT(compared == 4 * (0 + 1 + 2 + 3 + 7 + 23 + 100 + 1000) + 37);
+  fm_comm_destroy(c);
+}

@@ -117,14 +117,13 @@ enum {
 
 /* One block's weights (or weight gradients) and activations. */
 typedef struct Gpt2Block {
-  float *ln1_w, *ln1_b, *wqkv, *bqkv, *wo, *bo, *ln2_w, *ln2_b, *w1, *b1, *w2, *b2;
+  GPT2_PARAMS(FM__PAR_FIELD) /* the per-layer entries, named by their ids */
 } Gpt2Block;
 
 static Gpt2Block gpt2_block(const FmModel *m, float *arena, int64_t l) {
-  return (Gpt2Block){fm__par(m, arena, LN1_W, l), fm__par(m, arena, LN1_B, l), fm__par(m, arena, WQKV, l),
-                     fm__par(m, arena, BQKV, l),  fm__par(m, arena, WO, l),    fm__par(m, arena, BO, l),
-                     fm__par(m, arena, LN2_W, l), fm__par(m, arena, LN2_B, l), fm__par(m, arena, W1, l),
-                     fm__par(m, arena, B1, l),    fm__par(m, arena, W2, l),    fm__par(m, arena, B2, l)};
+  Gpt2Block w;
+  GPT2_PARAMS(FM__PAR_SET)
+  return w;
 }
 
 typedef struct Gpt2Acts {
@@ -149,8 +148,8 @@ static void gpt2_block_fwd(FmModel *m, int64_t l) {
   const int32_t *seg = m->seg_on ? m->seg : NULL;
   const Gpt2Block w = gpt2_block(m, m->param, l);
   const Gpt2Acts a = gpt2_block_acts(m, l);
-  be->layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, a.in, w.ln1_w, w.ln1_b, N, C, eps);
-  be->matmul_fwd(a.qkv, a.ln1, w.wqkv, w.bqkv, N, C, 3 * C);
+  be->layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, a.in, w.LN1_W, w.LN1_B, N, C, eps);
+  be->matmul_fwd(a.qkv, a.ln1, w.WQKV, w.BQKV, N, C, 3 * C);
   fm__round_act(m, a.qkv, N * 3 * C);
   if (m->parent) { /* generation: one new row per sequence against the cache */
     float *cache = fm__act(m->parent, A_qkv, l);
@@ -159,15 +158,15 @@ static void gpt2_block_fwd(FmModel *m, int64_t l) {
     be->attention_fwd(a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C, seg, B, T, NH, NH, HS);
   }
   fm__round_act(m, a.atty, N * C);
-  be->matmul_fwd(a.res_att, a.atty, w.wo, w.bo, N, C, C);
+  be->matmul_fwd(a.res_att, a.atty, w.WO, w.BO, N, C, C);
   fm__round_act(m, a.res_att, N * C);
   be->add(a.res_att, a.in, a.res_att, N * C);
-  be->layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_att, w.ln2_w, w.ln2_b, N, C, eps);
-  be->matmul_fwd(a.fch, a.ln2, w.w1, w.b1, N, C, F);
+  be->layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_att, w.LN2_W, w.LN2_B, N, C, eps);
+  be->matmul_fwd(a.fch, a.ln2, w.W1, w.B1, N, C, F);
   fm__round_act(m, a.fch, N * F);
   be->gelu_fwd(a.fch_gelu, a.fch, N * F);
   fm__round_act(m, a.fch_gelu, N * F);
-  be->matmul_fwd(a.out, a.fch_gelu, w.w2, w.b2, N, F, C);
+  be->matmul_fwd(a.out, a.fch_gelu, w.W2, w.B2, N, F, C);
   fm__round_act(m, a.out, N * C);
   be->add(a.out, a.res_att, a.out, N * C);
 }
@@ -199,20 +198,20 @@ static void gpt2_block_bwd(FmModel *m, int64_t l) {
   float *dqkv = fm__act(m, A_dqkv, 0), *dfch = fm__act(m, A_dfch, 0);
   /* MLP: out = res_att + w2 gelu(w1 ln2(res_att)) */
   be->memset(dfch, 0, N * F * f4);
-  be->matmul_bwd(dfch, g.w2, g.b2, dres, a.fch_gelu, w.w2, N, F, C);
+  be->matmul_bwd(dfch, g.W2, g.B2, dres, a.fch_gelu, w.W2, N, F, C);
   be->gelu_bwd(dfch, dfch, a.fch, N * F);
   be->memset(dln, 0, N * C * f4);
-  be->matmul_bwd(dln, g.w1, g.b1, dfch, a.ln2, w.w1, N, C, F);
-  be->layernorm_bwd(dres, g.ln2_w, g.ln2_b, dln, a.res_att, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
+  be->matmul_bwd(dln, g.W1, g.B1, dfch, a.ln2, w.W1, N, C, F);
+  be->layernorm_bwd(dres, g.LN2_W, g.LN2_B, dln, a.res_att, w.LN2_W, a.ln2_mean, a.ln2_rstd, N, C);
   /* attention: res_att = in + wo attn(qkv(ln1(in))) */
   be->memset(datty, 0, N * C * f4);
-  be->matmul_bwd(datty, g.wo, g.bo, dres, a.atty, w.wo, N, C, C);
+  be->matmul_bwd(datty, g.WO, g.BO, dres, a.atty, w.WO, N, C, C);
   be->memset(dqkv, 0, N * 3 * C * f4);
   be->attention_bwd(dqkv, dqkv + C, dqkv + 2 * C, datty, a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C,
                     seg, B, T, NH, NH, HS);
   be->memset(dln, 0, N * C * f4);
-  be->matmul_bwd(dln, g.wqkv, g.bqkv, dqkv, a.ln1, w.wqkv, N, C, 3 * C);
-  be->layernorm_bwd(dres, g.ln1_w, g.ln1_b, dln, a.in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
+  be->matmul_bwd(dln, g.WQKV, g.BQKV, dqkv, a.ln1, w.WQKV, N, C, 3 * C);
+  be->layernorm_bwd(dres, g.LN1_W, g.LN1_B, dln, a.in, w.LN1_W, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
 static void gpt2_backward(FmModel *m) {

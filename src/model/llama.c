@@ -114,13 +114,13 @@ enum {
 
 /* One block's weights (or weight gradients) and activations. */
 typedef struct LlamaBlock {
-  float *attn_norm, *wq, *wk, *wv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+  LLAMA_PARAMS(FM__PAR_FIELD) /* the per-layer entries, named by their ids */
 } LlamaBlock;
 
 static LlamaBlock llama_block(const FmModel *m, float *arena, int64_t l) {
-  return (LlamaBlock){fm__par(m, arena, ATTN_NORM, l), fm__par(m, arena, WQ, l),   fm__par(m, arena, WK, l),
-                      fm__par(m, arena, WV, l),        fm__par(m, arena, WO, l),   fm__par(m, arena, MLP_NORM, l),
-                      fm__par(m, arena, W_GATE, l),    fm__par(m, arena, W_UP, l), fm__par(m, arena, W_DOWN, l)};
+  LlamaBlock w;
+  LLAMA_PARAMS(FM__PAR_SET)
+  return w;
 }
 
 typedef struct LlamaActs {
@@ -146,10 +146,10 @@ static void llama_block_fwd(FmModel *m, int64_t l) {
   const int32_t *seg = m->seg_on ? m->seg : NULL;
   const LlamaBlock w = llama_block(m, m->param, l);
   const LlamaActs a = llama_block_acts(m, l);
-  be->rmsnorm_fwd(a.ln1, a.ln1_rstd, a.in, w.attn_norm, N, C, eps);
-  be->matmul_fwd(a.q, a.ln1, w.wq, NULL, N, C, Q);
-  be->matmul_fwd(a.k, a.ln1, w.wk, NULL, N, C, KV);
-  be->matmul_fwd(a.v, a.ln1, w.wv, NULL, N, C, KV);
+  be->rmsnorm_fwd(a.ln1, a.ln1_rstd, a.in, w.ATTN_NORM, N, C, eps);
+  be->matmul_fwd(a.q, a.ln1, w.WQ, NULL, N, C, Q);
+  be->matmul_fwd(a.k, a.ln1, w.WK, NULL, N, C, KV);
+  be->matmul_fwd(a.v, a.ln1, w.WV, NULL, N, C, KV);
   fm__round_act(m, a.v, N * KV);
   be->rope_fwd(a.q, m->pos, N, Q, NH, HS, theta);
   be->rope_fwd(a.k, m->pos, N, KV, NKV, HS, theta);
@@ -161,17 +161,17 @@ static void llama_block_fwd(FmModel *m, int64_t l) {
   else
     be->attention_fwd(a.atty, a.lse, a.q, a.k, a.v, Q, KV, seg, B, T, NH, NKV, HS);
   fm__round_act(m, a.atty, N * Q);
-  be->matmul_fwd(a.res_att, a.atty, w.wo, NULL, N, Q, C);
+  be->matmul_fwd(a.res_att, a.atty, w.WO, NULL, N, Q, C);
   fm__round_act(m, a.res_att, N * C);
   be->add(a.res_att, a.in, a.res_att, N * C);
-  be->rmsnorm_fwd(a.ln2, a.ln2_rstd, a.res_att, w.mlp_norm, N, C, eps);
-  be->matmul_fwd(a.gate, a.ln2, w.w_gate, NULL, N, C, F);
-  be->matmul_fwd(a.up, a.ln2, w.w_up, NULL, N, C, F);
+  be->rmsnorm_fwd(a.ln2, a.ln2_rstd, a.res_att, w.MLP_NORM, N, C, eps);
+  be->matmul_fwd(a.gate, a.ln2, w.W_GATE, NULL, N, C, F);
+  be->matmul_fwd(a.up, a.ln2, w.W_UP, NULL, N, C, F);
   fm__round_act(m, a.gate, N * F);
   fm__round_act(m, a.up, N * F);
   be->swiglu_fwd(a.swi, a.gate, a.up, N * F);
   fm__round_act(m, a.swi, N * F);
-  be->matmul_fwd(a.out, a.swi, w.w_down, NULL, N, F, C);
+  be->matmul_fwd(a.out, a.swi, w.W_DOWN, NULL, N, F, C);
   fm__round_act(m, a.out, N * C);
   be->add(a.out, a.res_att, a.out, N * C);
 }
@@ -204,15 +204,15 @@ static void llama_block_bwd(FmModel *m, int64_t l) {
   float *dgate = fm__act(m, A_dgate, 0), *dup = fm__act(m, A_dup, 0);
   /* MLP: out = res_att + w_down(silu(w_gate ln2) * w_up ln2) */
   be->memset(dgate, 0, N * F * f4);
-  be->matmul_bwd(dgate, g.w_down, NULL, dres, a.swi, w.w_down, N, F, C); /* d(swi), in dgate */
+  be->matmul_bwd(dgate, g.W_DOWN, NULL, dres, a.swi, w.W_DOWN, N, F, C); /* d(swi), in dgate */
   be->swiglu_bwd(dgate, dup, dgate, a.gate, a.up, N * F);                /* in place: allowed */
   be->memset(dln, 0, N * C * f4);
-  be->matmul_bwd(dln, g.w_gate, NULL, dgate, a.ln2, w.w_gate, N, C, F);
-  be->matmul_bwd(dln, g.w_up, NULL, dup, a.ln2, w.w_up, N, C, F);
-  be->rmsnorm_bwd(dres, g.mlp_norm, dln, a.res_att, w.mlp_norm, a.ln2_rstd, N, C);
+  be->matmul_bwd(dln, g.W_GATE, NULL, dgate, a.ln2, w.W_GATE, N, C, F);
+  be->matmul_bwd(dln, g.W_UP, NULL, dup, a.ln2, w.W_UP, N, C, F);
+  be->rmsnorm_bwd(dres, g.MLP_NORM, dln, a.res_att, w.MLP_NORM, a.ln2_rstd, N, C);
   /* attention: res_att = in + wo attn(rope(wq x), rope(wk x), wv x), x = ln1(in) */
   be->memset(datty, 0, N * Q * f4);
-  be->matmul_bwd(datty, g.wo, NULL, dres, a.atty, w.wo, N, Q, C);
+  be->matmul_bwd(datty, g.WO, NULL, dres, a.atty, w.WO, N, Q, C);
   be->memset(dq, 0, N * Q * f4);
   be->memset(dk, 0, N * KV * f4);
   be->memset(dv, 0, N * KV * f4);
@@ -220,10 +220,10 @@ static void llama_block_bwd(FmModel *m, int64_t l) {
   be->rope_bwd(dq, m->pos, N, Q, NH, HS, theta);
   be->rope_bwd(dk, m->pos, N, KV, NKV, HS, theta);
   be->memset(dln, 0, N * C * f4);
-  be->matmul_bwd(dln, g.wq, NULL, dq, a.ln1, w.wq, N, C, Q);
-  be->matmul_bwd(dln, g.wk, NULL, dk, a.ln1, w.wk, N, C, KV);
-  be->matmul_bwd(dln, g.wv, NULL, dv, a.ln1, w.wv, N, C, KV);
-  be->rmsnorm_bwd(dres, g.attn_norm, dln, a.in, w.attn_norm, a.ln1_rstd, N, C);
+  be->matmul_bwd(dln, g.WQ, NULL, dq, a.ln1, w.WQ, N, C, Q);
+  be->matmul_bwd(dln, g.WK, NULL, dk, a.ln1, w.WK, N, C, KV);
+  be->matmul_bwd(dln, g.WV, NULL, dv, a.ln1, w.WV, N, C, KV);
+  be->rmsnorm_bwd(dres, g.ATTN_NORM, dln, a.in, w.ATTN_NORM, a.ln1_rstd, N, C);
 }
 
 static void llama_backward(FmModel *m) {

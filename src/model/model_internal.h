@@ -98,4 +98,16 @@ static inline void fm__round_act(const FmModel *m, float *x, int64_t n) {
 #define FM__ACT_SET_FM_ACT_GRAD(id)
 #define FM__ACT_SET(id, kind, elems) FM__ACT_SET_##kind(id)
 
+/* A block's weights (or weight gradients) as named fields, from a model's
+ * X-macro parameter list (X(id, name, present, flags, tp, per_layer, d0,
+ * d1)): one `float *ID` per per-layer entry, set to layer l's slice of
+ * `arena` by FM__PAR_SET inside a function with `w`, `m`, `arena` and `l` in
+ * scope. */
+#define FM__PAR_FIELD_1(id) float *id;
+#define FM__PAR_FIELD_0(id)
+#define FM__PAR_FIELD(id, name, present, flags, tp, per_layer, d0, d1) FM__PAR_FIELD_##per_layer(id)
+#define FM__PAR_SET_1(id)                                              w.id = fm__par(m, arena, id, l);
+#define FM__PAR_SET_0(id)
+#define FM__PAR_SET(id, name, present, flags, tp, per_layer, d0, d1) FM__PAR_SET_##per_layer(id)
+
 #endif

@@ -75,11 +75,11 @@ int main(int argc, char **argv) {
     if (k > 0 && worst < t_allreduce) t_allreduce = worst;
   }
   if (rank == 0) {
-    printf("P=%d n=%lld: exact %.1f ms (ring reduce-scatter), exact %.1f ms (MPI_Reduce_scatter_block), fast %.1f ms, "
-           "MPI_Allreduce fp32 %.1f ms; exact/allreduce %.2fx (MPI's: %.2fx; goal <= 1.5x: %s), exact/fast %.2fx\n",
-           size, (long long)n, 1e3 * t_exact, 1e3 * t_exact_mpi, 1e3 * t_fast, 1e3 * t_allreduce,
-           t_exact / t_allreduce, t_exact_mpi / t_allreduce, t_exact / t_allreduce <= 1.5 ? "met" : "NOT met",
-           t_exact / t_fast);
+    printf(
+        "P=%d n=%lld: exact %.1f ms (ring reduce-scatter), exact %.1f ms (MPI_Reduce_scatter_block), fast %.1f ms, "
+        "MPI_Allreduce fp32 %.1f ms; exact/allreduce %.2fx (MPI's: %.2fx; goal <= 1.5x: %s), exact/fast %.2fx\n",
+        size, (long long)n, 1e3 * t_exact, 1e3 * t_exact_mpi, 1e3 * t_fast, 1e3 * t_allreduce, t_exact / t_allreduce,
+        t_exact_mpi / t_allreduce, t_exact / t_allreduce <= 1.5 ? "met" : "NOT met", t_exact / t_fast);
     /* one machine-readable line for bench/run.sh */
     printf("RESULT reduce P=%d exact_ms=%.3f exact_mpi_ms=%.3f fast_ms=%.3f allreduce_ms=%.3f\n", size, 1e3 * t_exact,
            1e3 * t_exact_mpi, 1e3 * t_fast, 1e3 * t_allreduce);

@@ -74,22 +74,41 @@ int main(int argc, char **argv) {
     w[i] = 1.0f / (float)n;
   }
   FmModelInput in = {tok, tgt, pos, NULL};
-  double best = 1e30, total = 0;
-  for (int64_t s = 0; s < steps + 2; s++) { /* 2 warm-up steps */
+  double best = 1e30, total = 0, phase[3] = {0, 0, 0}; /* zero_grad, forward+backward, optimizer */
+  for (int64_t s = 0; s < steps + 2; s++) {            /* 2 warm-up steps */
     double t0 = now();
     fm_model_zero_grad(m);
+    double t1 = now();
     fm_model_forward_backward(m, &in, w, true);
+    double t2 = now();
     fm_optim_step(opt, fm_model_param_arena(m), fm_model_grad_arena(m), s + 1, 1e-4f);
     double dt = now() - t0;
     if (s >= 2) {
       total += dt;
       if (dt < best) best = dt;
+      phase[0] += t1 - t0, phase[1] += t2 - t1, phase[2] += t0 + dt - t2;
     }
+  }
+  double fwd = 0; /* the forward alone, to split forward+backward */
+  for (int64_t s = 0; s < steps; s++) {
+    double t0 = now();
+    fm_model_forward_backward(m, &in, w, false);
+    fwd += now() - t0;
   }
   const double mean = total / (double)steps;
   const double flops = k->train_flops_per_token(&d) * (double)n;
-  printf("fmhpc params=%lld ms_step=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f\n",
-         (long long)tab->numel, 1e3 * mean, 1e3 * best, (double)n / mean, flops / mean / 1e9, peak);
+  printf("fmhpc params=%lld ms_step=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f\n", (long long)tab->numel,
+         1e3 * mean, 1e3 * best, (double)n / mean, flops / mean / 1e9, peak);
+  /* The profile: phases as a share of the mean step; forward and backward
+   * GFLOP/s at 1/3 and 2/3 of the training FLOPs (2N + attention per token
+   * forward, twice that backward); the optimizer's GB/s over the 4 arrays it
+   * reads and 3 it writes (AdamW: w, g, m, v). Per-op detail: bench/ops. */
+  const double st = (double)steps, fw = fwd / st, bw = phase[1] / st - fw, ot = phase[2] / st;
+  printf(
+      "profile zero_ms=%.1f forward_ms=%.1f forward_gflops=%.2f backward_ms=%.1f backward_gflops=%.2f "
+      "optim_ms=%.1f optim_gb_s=%.2f\n",
+      1e3 * phase[0] / st, 1e3 * fw, flops / 3 / fw / 1e9, 1e3 * bw, bw > 0 ? 2 * flops / 3 / bw / 1e9 : 0.0, 1e3 * ot,
+      7.0 * 4.0 * (double)tab->numel / ot / 1e9);
   fm_optim_free(opt);
   fm_model_free(m);
   return 0;

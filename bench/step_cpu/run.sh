@@ -19,13 +19,16 @@ cc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" $(pkg-confi
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $THREADS threads; $STEPS timed steps"
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
 printf "%-22s %9s %9s %9s %9s %7s %9s %9s %7s\n" case fm_ms fm_tok/s GFLOP/s peak %peak pt_ms pt_tok/s ratio
+# STEP_CASES (a regex on the case names; default all) picks cases: bench/run.sh's quick mode
 while read -r name arch C L NH NKV F V T B; do
+  [[ "$name" =~ ${STEP_CASES:-.} ]] || continue
   f=$(OMP_NUM_THREADS=$THREADS "$OUT/bench_step" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
   p=$(/usr/bin/python3 "$ROOT/bench/step_cpu/torch_step.py" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
   get() { grep -o " $1=[0-9.]*" <<<" $2" | head -1 | cut -d= -f2; }
   awk -v n="$name" -v fm="$(get ms_step "$f")" -v ft="$(get tok_s "$f")" -v g="$(get gflops "$f")" \
       -v pk="$(get peak_gflops "$f")" -v pm="$(get ms_step "$p")" -v pt="$(get tok_s "$p")" 'BEGIN {
     printf "%-22s %9.1f %9.0f %9.2f %9.2f %6.1f%% %9.1f %9.0f %6.2fx\n", n, fm, ft, g, pk, 100*g/pk, pm, pt, ft/pt }'
+  echo "  $name fmhpc $(grep '^profile' <<<"$f")"
 done <<'CASES'
 gpt2_124M_T64   gpt2  768 12 12 12 3072 50257 64  4
 gpt2_124M_T256  gpt2  768 12 12 12 3072 50257 256 4

@@ -1,0 +1,107 @@
+/* bench_ckpt.c: checkpoint write bandwidth. Writes a checkpoint of GPT-2
+ * 124M-sized state (the parameters, AdamW's m and v: 3 x 124,439,808 fp32 in
+ * GPT-2's tensor shapes) with fm_ckpt_write into DIR, REPS times, and prints
+ * the best rate over the committed file's size (fsync and rename included:
+ * fm_ckpt_write's commit protocol). Run under mpirun by run.sh, which times
+ * dd of the same bytes to the same disk next to it.
+ *   bench_ckpt DIR REPS [LAYERS (12)]
+ * rank 0 prints "RESULT ckpt bytes=B seconds=S mib_s=R". */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "fmhpc/ckpt.h"
+#include "fmhpc/optim.h"
+
+/* GPT-2's tensors (tied embedding): 124,439,808 elements at 12 layers. */
+static void gpt2_table(FmTensorTable *t, int layers) {
+  const int64_t C = 768, V = 50257, T = 1024;
+  fm_table_init(t);
+  fm_table_add(t, "wte", FM_DT_F32, FM_TF_MATRIX, FM_TP_NONE, 2, (const int64_t[]){V, C});
+  fm_table_add(t, "wpe", FM_DT_F32, FM_TF_MATRIX, FM_TP_NONE, 2, (const int64_t[]){T, C});
+  char name[64];
+  for (int l = 0; l < layers; l++) {
+    const struct {
+      const char *n;
+      int nd;
+      int64_t s0, s1;
+      uint32_t f;
+    } ts[] = {{"ln1.w", 1, C, 0, FM_TF_NORM},           {"ln1.b", 1, C, 0, FM_TF_BIAS},
+              {"attn.wqkv", 2, 3 * C, C, FM_TF_MATRIX}, {"attn.bqkv", 1, 3 * C, 0, FM_TF_BIAS},
+              {"attn.wo", 2, C, C, FM_TF_MATRIX},       {"attn.bo", 1, C, 0, FM_TF_BIAS},
+              {"ln2.w", 1, C, 0, FM_TF_NORM},           {"ln2.b", 1, C, 0, FM_TF_BIAS},
+              {"mlp.wfc", 2, 4 * C, C, FM_TF_MATRIX},   {"mlp.bfc", 1, 4 * C, 0, FM_TF_BIAS},
+              {"mlp.wproj", 2, C, 4 * C, FM_TF_MATRIX}, {"mlp.bproj", 1, C, 0, FM_TF_BIAS}};
+    for (size_t i = 0; i < sizeof ts / sizeof *ts; i++) {
+      snprintf(name, sizeof name, "h.%d.%s", l, ts[i].n);
+      fm_table_add(t, name, FM_DT_F32, ts[i].f, FM_TP_NONE, ts[i].nd, (const int64_t[]){ts[i].s0, ts[i].s1});
+    }
+  }
+  fm_table_add(t, "lnf.w", FM_DT_F32, FM_TF_NORM, FM_TP_NONE, 1, (const int64_t[]){C});
+  fm_table_add(t, "lnf.b", FM_DT_F32, FM_TF_BIAS, FM_TP_NONE, 1, (const int64_t[]){C});
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  if (argc < 3) {
+    fprintf(stderr, "usage: bench_ckpt DIR REPS [LAYERS]\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const char *dir = argv[1];
+  const int reps = atoi(argv[2]), layers = argc > 3 ? atoi(argv[3]) : 12;
+  FmComm *c = fm_comm_mpi_create(MPI_COMM_WORLD);
+  FmTensorTable tab;
+  gpt2_table(&tab, layers);
+  const int64_t n = tab.numel, nb = (n + FM_CKPT_BLOCK - 1) / FM_CKPT_BLOCK;
+  int64_t lo, hi;
+  fm_zero_range(n, FM_CKPT_BLOCK, c->size, c->rank, &lo, &hi);
+  float *w = malloc((size_t)n * sizeof *w), *m = malloc((size_t)(hi - lo + 1) * sizeof *m);
+  float *v = malloc((size_t)(hi - lo + 1) * sizeof *v), *amax = malloc((size_t)nb * sizeof *amax);
+  for (int64_t i = 0; i < n; i++) w[i] = (float)(i % 1000) * 1e-3f;
+  for (int64_t i = 0; i < hi - lo; i++) m[i] = (float)i * 1e-7f, v[i] = (float)i * 1e-9f;
+  for (int64_t b = 0; b < nb; b++) amax[b] = 1.0f;
+  FmSpike spike;
+  fm_spike_init(&spike, 0, 3.0);
+  const char *names[2] = {"optim.m", "optim.v"};
+  float *arrays[2] = {m, v};
+  FmCkptState s = {.params = &tab,
+                   .w = w,
+                   .lo = lo,
+                   .hi = hi,
+                   .nstate = 2,
+                   .state_names = names,
+                   .state = arrays,
+                   .amax_prev = amax,
+                   .nblocks = nb,
+                   .spike = &spike,
+                   .seed = 1,
+                   .optim_name = "adamw",
+                   .model_name = "gpt2",
+                   .deck_text = "&run task = 'train' /\n",
+                   .run_name = "bench"};
+  double best = 1e30;
+  long long bytes = 0;
+  char path[4096];
+  for (int k = 0; k < reps; k++) {
+    s.step = k + 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    if (fm_ckpt_write(dir, &s, 1, c, stderr, path, sizeof path)) MPI_Abort(MPI_COMM_WORLD, 1);
+    double dt = MPI_Wtime() - t0, worst;
+    MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    struct stat st;
+    if (c->rank == 0 && stat(path, &st) == 0) bytes = (long long)st.st_size;
+    if (worst < best) best = worst;
+  }
+  if (c->rank == 0)
+    printf("RESULT ckpt params=%lld bytes=%lld seconds=%.3f mib_s=%.1f\n", (long long)n, bytes, best,
+           (double)bytes / best / 1048576.0);
+  fm_spike_free(&spike);
+  fm_table_free(&tab);
+  free(w), free(m), free(v), free(amax);
+  fm_comm_destroy(c);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench/ckpt/run.sh: checkpoint write bandwidth of fmhpc (fm_ckpt_write of
+# GPT-2 124M-sized state: parameters + AdamW m and v, 1.5 GB, parallel HDF5,
+# sha256 checksums, fsync + rename) against dd of the same number of bytes to
+# the same directory with conv=fsync. Goal: fmhpc >= 80% of dd. Not run in CI.
+#   bench/ckpt/run.sh [CPU_BUILD_DIR (default build-bench)] [RANKS (2)] [REPS (2)] [LAYERS (12)] [DIR]
+# DIR defaults to a fresh directory under $TMPDIR (or /tmp): the disk measured.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/bench/cpu_lib.sh" "${1:-}"
+RANKS="${2:-2}"
+REPS="${3:-2}"
+LAYERS="${4:-12}"
+OUT="$(mktemp -d)"
+if [ -n "${5:-}" ]; then DIR="$5"; mkdir -p "$DIR"; MADE=""; else DIR="$(mktemp -d)"; MADE="$DIR"; fi
+trap 'rm -rf "$OUT" "$DIR"/step_* "$DIR"/latest "$DIR"/latest.tmp "$DIR"/dd.bin ${MADE:+"$MADE"}' EXIT
+mpicc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/ckpt/bench_ckpt.c" \
+  "$BUILD/libfmhpc_lib.a" $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$OUT/bench_ckpt"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+f=$(mpirun -n "$RANKS" "$OUT/bench_ckpt" "$DIR" "$REPS" "$LAYERS" | grep '^RESULT')
+bytes=$(grep -o ' bytes=[0-9]*' <<<"$f" | cut -d= -f2)
+# dd: the same bytes in 1 MiB blocks, fsync'd before dd exits; best of REPS
+best=""
+for _ in $(seq "$REPS"); do
+  rm -f "$DIR/dd.bin"
+  s=$(date +%s.%N)
+  dd if=/dev/zero of="$DIR/dd.bin" bs=1M count=$(((bytes + 1048575) / 1048576)) conv=fsync status=none
+  e=$(date +%s.%N)
+  t=$(awk -v s="$s" -v e="$e" 'BEGIN { printf "%.3f", e - s }')
+  best=$(awk -v a="$best" -v b="$t" 'BEGIN { print (a == "" || b < a) ? b : a }')
+done
+dd_mib=$(awk -v b="$bytes" -v t="$best" 'BEGIN { printf "%.1f", b / t / 1048576 }')
+echo "$f"
+echo "RESULT dd bytes=$bytes seconds=$best mib_s=$dd_mib"
+awk -v f="$(grep -o ' mib_s=[0-9.]*' <<<"$f" | cut -d= -f2)" -v d="$dd_mib" -v dir="$DIR" 'BEGIN {
+  printf "checkpoint write to %s: fmhpc %.1f MiB/s, dd conv=fsync %.1f MiB/s: %.0f%% (goal >= 80%%: %s)\n",
+         dir, f, d, 100 * f / d, (f / d >= 0.8) ? "met" : "NOT met" }'

@@ -81,12 +81,13 @@ typedef struct FmCkptState {
   FmSpike *spike;
   int64_t step, skipped, redone, samples, seed;
   const char *optim_name, *model_name;
-  const char *deck_text; /* write only */
+  const char *deck_text; /* write: the resolved deck, stored whole (a variable-length string attribute) */
   const char *run_name;  /* write only: &run name */
   /* Which run wrote it: made at a fresh start, carried by every resume (a read
    * fills it; "" for a checkpoint older than run ids). Retention and
    * resume='auto' consider only checkpoints of one run id. */
   char run_id[FM_CKPT_RUN_ID_LEN];
+  char *deck_read;       /* read: the stored deck (malloc'd, the caller frees; NULL when the file has none) */
 } FmCkptState;
 
 /* Write DIR/step_<step>.h5 with the commit protocol and retention (keep the

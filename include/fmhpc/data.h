@@ -145,10 +145,17 @@ typedef struct FmSampler {
   int64_t n_samples, global_batch, micro_batch, n_micro; /* N, B, b, M */
   int dp_size, dp_rank;                                   /* P, r */
   uint64_t seed;
+  int64_t base_step, base_samples; /* resume: slots restart after base_samples at base_step (0, 0 fresh) */
 } FmSampler;
 /* FM_EINVAL with a message (to err) unless b | B and P | M and N >= 1. */
 int fm_sampler_init(FmSampler *s, int64_t n_samples, int64_t global_batch, int64_t micro_batch, int dp_size,
                     int dp_rank, uint64_t seed, FILE *err);
+/* Resume at `step` after `samples` slots were consumed (the checkpoint's
+ * count): a run resumed with another global_batch continues from the next
+ * unseen slot instead of jumping to step * B_new. */
+void fm_sampler_resume(FmSampler *s, int64_t step, int64_t samples);
+/* Slots consumed before `step` (what a checkpoint of that step stores). */
+int64_t fm_sampler_samples_at(const FmSampler *s, int64_t step);
 /* The permutation of [0, n) for (seed, epoch), applied to i. */
 int64_t fm_feistel_perm(uint64_t seed, uint64_t epoch, int64_t n, int64_t i);
 /* Sample of slot j (0 <= j < B) of a step. */

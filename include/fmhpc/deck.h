@@ -128,4 +128,9 @@ void fm_deck_write(const FmDeck *d, FILE *out);
 void fm_deck_help(FILE *out);
 void fm_deck_free(FmDeck *d);
 
+/* A key's value(s) as the resolved deck writes them ("0.9, 0.95", "'gpt2'"),
+ * malloc'd; and whether two decks hold the same value (resume's check). */
+char *fm_deck_value_text(const FmDeck *d, int key_id);
+bool fm_deck_key_equal(const FmDeck *a, const FmDeck *b, int key_id);
+
 #endif

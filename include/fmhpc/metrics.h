@@ -38,6 +38,9 @@ int fm_metrics_open(FmMetrics **m, const char *path, const FmDeck *deck, FILE *e
 int fm_metrics_open_resume(FmMetrics **m, const char *path, const FmDeck *deck, int64_t step, const char *ckpt,
                            FILE *err);
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r);
+/* One line of JSON written as given (a record built by its owner, e.g. the
+ * keys a resume changed). */
+void fm_metrics_record(FmMetrics *m, const char *json_line);
 void fm_metrics_eval(FmMetrics *m, int64_t step, double loss, int64_t tokens);
 /* Draw the training loss (and validation points) as a text chart. */
 void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height);

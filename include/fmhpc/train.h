@@ -37,6 +37,15 @@ typedef struct FmPlan {
 #include "fmhpc/runtime.h"
 int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log);
 
+/* Resume compatibility (compat.c): compare the deck `stored` in checkpoint
+ * `ckpt` with `now`. Keys that change the model's meaning (arch, widths, head
+ * counts, vocab, seq_len, norm_eps, rope_theta, tie_embeddings, optimizer,
+ * precision) give FM_EDECK with each key's two values on err; other changes
+ * are warned about and *record gets a metrics.jsonl line for them (malloc'd;
+ * NULL when nothing changed). A NULL `stored` is warned about and passes. */
+int fm_train_resume_compat(const FmDeck *now, const char *stored, const char *ckpt, int64_t step, FILE *err,
+                           char **record);
+
 /* Build the plan for world_size ranks; deck-rule errors go to err. */
 int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err);
 void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out);

@@ -20,7 +20,7 @@
 
 #include "fmhpc/hash.h"
 
-enum { WHY = 12288, ATTR_MAX = 60000 }; /* messages hold two paths */
+enum { WHY = 12288 }; /* messages hold two paths */
 
 /* ---- signals ---------------------------------------------------------- */
 
@@ -129,6 +129,15 @@ static int attr_str(hid_t obj, const char *name, const char *val) {
   H5Tclose(t);
   return rc;
 }
+/* A variable-length string: the text lives in the file's global heap, not in
+ * the object header, so it has no 64 KiB limit (the whole resolved deck). */
+static int attr_vlstr(hid_t obj, const char *name, const char *val) {
+  hid_t t = H5Tcopy(H5T_C_S1);
+  if (t < 0) return FM_EHDF5;
+  int rc = H5Tset_size(t, H5T_VARIABLE) < 0 ? FM_EHDF5 : attr_write(obj, name, t, t, &val);
+  H5Tclose(t);
+  return rc;
+}
 static int attr_read_i64(hid_t obj, const char *name, int64_t *v) {
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return FM_ECKPT;
@@ -163,6 +172,25 @@ static int attr_read_str(hid_t obj, const char *name, char *buf, size_t n) {
   if (ft >= 0) H5Tclose(ft);
   H5Aclose(a);
   return rc;
+}
+
+/* A variable-length string attribute (attr_vlstr), malloc'd; NULL if absent
+ * or of another type. */
+static char *attr_read_vlstr(hid_t obj, const char *name) {
+  if (H5Aexists(obj, name) <= 0) return NULL;
+  hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+  if (a < 0) return NULL;
+  hid_t ft = H5Aget_type(a), t = H5Tcopy(H5T_C_S1);
+  char *v = NULL, *out = NULL;
+  if (ft >= 0 && t >= 0 && H5Tis_variable_str(ft) > 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Aread(a, t, &v) >= 0 &&
+      v) {
+    out = fm_xstrdup(v);
+    H5free_memory(v);
+  }
+  if (t >= 0) H5Tclose(t);
+  if (ft >= 0) H5Tclose(ft);
+  H5Aclose(a);
+  return out;
 }
 
 /* Select the elements [x, y) (row-major order) of a dataspace of `shape` as a
@@ -378,9 +406,10 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
   const FmSpike *sp = s->spike;
   if (!rc)
     rc = attr_str(root, "format", "fmhpc-ckpt") | attr_i64(root, "format_version", 1) |
-         attr_str(root, "checksum_scheme", "sha256-blocks-v1: SHA-256 of the SHA-256 digests of the pieces cut at "
-                                           "multiples of 65536 elements of the flat parameter vector (of the "
-                                           "dataset for /reduce, /spike), little-endian bytes") |
+         attr_str(root, "checksum_scheme",
+                  "sha256-blocks-v1: SHA-256 of the SHA-256 digests of the pieces cut at "
+                  "multiples of 65536 elements of the flat parameter vector (of the "
+                  "dataset for /reduce, /spike), little-endian bytes") |
          attr_i64(root, "step", s->step) | attr_i64(root, "samples", s->samples) | attr_i64(root, "seed", s->seed) |
          attr_str(root, "rng", "counter-based (seed, purpose, step, index): no state beyond seed and step") |
          attr_i64(root, "skipped", s->skipped) | attr_i64(root, "redone", s->redone) |
@@ -393,7 +422,7 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
          attr_i64(root, "nblocks", s->nblocks) | attr_str(root, "fmhpc_version", FM_VERSION_STRING) |
          attr_str(root, "git", FMHPC_GIT_REV) | attr_str(root, "hdf5_version", h5v) |
          attr_str(root, "mpi_version", mpiv) | attr_str(root, "host", host) | attr_str(root, "cpu", cpu) |
-         attr_str(root, "deck", strlen(s->deck_text) < ATTR_MAX ? s->deck_text : "(longer than 60000 bytes: not stored)");
+         attr_vlstr(root, "deck", s->deck_text);
   if (root >= 0) H5Gclose(root);
   free(host);
   free(cpu);
@@ -422,6 +451,8 @@ static int read_run_state(H5 *h, FmCkptState *s) {
          attr_read_i64(root, "spike_consecutive", &sp->consecutive) | attr_read_f64(root, "spike_z_max", &sp->z_max);
   s->run_id[0] = '\0'; /* absent before run ids */
   if (!rc && H5Aexists(root, "run_id") > 0) rc = attr_read_str(root, "run_id", s->run_id, sizeof s->run_id);
+  free(s->deck_read);
+  s->deck_read = root >= 0 ? attr_read_vlstr(root, "deck") : NULL;
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint or its run-state attributes are unreadable", h->path);

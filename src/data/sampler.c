@@ -1,5 +1,6 @@
 /* sampler.c: the stateless sampler of DESIGN section 7. A keyed Feistel
- * permutation per epoch (cycle walking down to N), slots k = step*B + j, and
+ * permutation per epoch (cycle walking down to N), slots k = step*B + j (from
+ * the stored sample count after a resume with another B), and
  * the micro-batch ownership rule of section 5. No state but the step, so a
  * resumed or re-sharded run sees the same samples in the same slots. */
 #include "fmhpc/data.h"
@@ -56,12 +57,21 @@ int fm_sampler_init(FmSampler *s, int64_t n_samples, int64_t global_batch, int64
               (long long)M, dp_size);
     return FM_EINVAL;
   }
-  *s = (FmSampler){n_samples, global_batch, micro_batch, M, dp_size, dp_rank, seed};
+  *s = (FmSampler){n_samples, global_batch, micro_batch, M, dp_size, dp_rank, seed, 0, 0};
   return 0;
 }
 
+void fm_sampler_resume(FmSampler *s, int64_t step, int64_t samples) {
+  s->base_step = step;
+  s->base_samples = samples;
+}
+
+int64_t fm_sampler_samples_at(const FmSampler *s, int64_t step) {
+  return s->base_samples + (step - s->base_step) * s->global_batch;
+}
+
 int64_t fm_sampler_index(const FmSampler *s, int64_t step, int64_t j) {
-  int64_t k = step * s->global_batch + j;
+  int64_t k = fm_sampler_samples_at(s, step) + j;
   return fm_feistel_perm(s->seed, (uint64_t)(k / s->n_samples), s->n_samples, k % s->n_samples);
 }
 

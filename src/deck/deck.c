@@ -825,3 +825,21 @@ int fm_deck_validate(const FmDeck *d, FILE *err) {
   }
   return bad ? FM_EDECK : 0;
 }
+
+/* ---- comparing decks (resume) ------------------------------------------- */
+char *fm_deck_value_text(const FmDeck *d, int key_id) {
+  FmStr v;
+  fm_str_init(&v);
+  if (key_id >= 0 && key_id < FM_NKEYS) fmt_values(&v, &d->c, key_id);
+  return v.s;
+}
+
+/* Values are compared as written by the resolved-deck writer, whose reals
+ * read back to the same bits: equal text is equal value. */
+bool fm_deck_key_equal(const FmDeck *a, const FmDeck *b, int key_id) {
+  char *x = fm_deck_value_text(a, key_id), *y = fm_deck_value_text(b, key_id);
+  bool eq = strcmp(x, y) == 0;
+  free(x);
+  free(y);
+  return eq;
+}

@@ -127,6 +127,12 @@ static void put_num(FILE *f, const char *key, double v) {
     fprintf(f, ", \"%s\": null", key);
 }
 
+void fm_metrics_record(FmMetrics *m, const char *json_line) {
+  if (!m || !m->f) return;
+  fprintf(m->f, "%s\n", json_line);
+  fflush(m->f);
+}
+
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r) {
   if (!m) return;
   fm_curve_add_step(&m->curve, r->step, r->loss, r->lr);

@@ -60,7 +60,9 @@ typedef struct Run {
   int64_t nan_offset; /* ... and the element it poisons */
   char ckpt_dir[4096];
   char run_id[FM_CKPT_RUN_ID_LEN]; /* made at a fresh start, carried by checkpoints */
-  char *deck_text; /* the resolved deck, stored in checkpoints */
+  char *deck_text;                 /* the resolved deck, stored in checkpoints */
+  char *resume_changes;            /* metrics.jsonl record of keys changed since the checkpoint, or NULL */
+  FILE *ids_log;                   /* tests: FMHPC_TEST_SAMPLE_IDS=PATH appends each rank's sample ids to PATH.<rank> */
 } Run;
 
 static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
@@ -76,6 +78,10 @@ static int64_t read_step(Run *r, int64_t step) {
   int64_t mine = 0, all = 0;
   for (int64_t i = 0; i < r->count; i++) {
     fm_sampler_micro_ids(&r->sampler, step, r->first + i, r->ids);
+    if (r->ids_log) /* FMHPC_TEST_SAMPLE_IDS */
+      for (int64_t j = 0; j < r->b; j++)
+        fprintf(r->ids_log, "step %lld slot %lld sample %lld\n", (long long)step + 1,
+                (long long)fm_sampler_samples_at(&r->sampler, step) + (r->first + i) * r->b + j, (long long)r->ids[j]);
     FM_CHECK(fm_store_read_batch_coll(r->train, r->ids, r->b, &r->mb[i]));
     for (int64_t n = 0; n < r->b * r->T; n++) mine += r->mb[i].loss_mask[n];
   }
@@ -276,6 +282,14 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     if (err) fprintf(err, "hint: backend = 'cpu'\n");
     return FM_EDECK;
   }
+  /* &parallel comm: the training buffers live on the host (CPU backend), so
+   * 'auto' is MPI's collectives; NCCL reduces device buffers. */
+  if (!strcmp(c->parallel.comm, "nccl")) {
+    fm_deck_error(deck, err, FM_KEY_parallel_comm, "NCCL collectives need the CUDA backend; training runs on %s here",
+                  "the CPU backend, whose buffers MPI reduces");
+    if (err) fprintf(err, "hint: comm = 'auto' or 'mpi'\n");
+    return FM_EDECK;
+  }
   r->B = c->train.global_batch;
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;
@@ -298,6 +312,12 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   fm_spike_init_from_deck(&r->spike, deck);
 
   r->ids = fm_xcalloc((size_t)r->b, sizeof *r->ids);
+  const char *ids_path = getenv("FMHPC_TEST_SAMPLE_IDS");
+  if (ids_path) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s.%d", ids_path, dp->rank);
+    r->ids_log = fopen(p, "a");
+  }
   r->mb = fm_xcalloc((size_t)(r->count > 0 ? r->count : 1), sizeof *r->mb);
   for (int64_t i = 0; i < (r->count > 0 ? r->count : 1); i++) fm_batch_alloc(&r->mb[i], r->b, r->T);
   r->weights = fm_xcalloc((size_t)(r->count * r->b * r->T), sizeof *r->weights);
@@ -327,6 +347,8 @@ static void teardown(Run *r) {
   if (r->train) fm_store_close(r->train);
   if (r->valid) fm_store_close(r->valid);
   free(r->deck_text);
+  free(r->resume_changes);
+  if (r->ids_log) fclose(r->ids_log);
 }
 
 /* ---- reporting -------------------------------------------------------- */
@@ -405,7 +427,7 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
                    .step = step,
                    .skipped = r->skipped,
                    .redone = r->red.redone,
-                   .samples = step * r->B,
+                   .samples = fm_sampler_samples_at(&r->sampler, step), /* B may have changed on a resume */
                    .seed = r->c->run.seed,
                    .optim_name = fm_optim_params(r->opt)->kind->name,
                    .model_name = r->kind->name,
@@ -419,6 +441,7 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
 static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   FmCkptState s = ckpt_state(r, 0);
   int rc = fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &s, r->dp, err, loaded, n);
+  if (rc != 0) free(s.deck_read);
   if (rc < 0) return rc;
   if (rc > 0 || !s.run_id[0]) fm_ckpt_new_run_id(r->dp, r->c->run.seed, r->run_id); /* a checkpoint from before ids: one now */
   else snprintf(r->run_id, sizeof r->run_id, "%s", s.run_id);
@@ -427,13 +450,14 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
     fm_log0("run id %s (stored in this run's checkpoints)", r->run_id);
     return 0;
   }
-  if (s.seed != r->c->run.seed)
-    fm_warn0("resume: %s was written with &run seed = %lld, the deck says %lld", loaded, (long long)s.seed,
-             (long long)r->c->run.seed);
+  rc = fm_train_resume_compat(r->deck, s.deck_read, loaded, s.step, err, &r->resume_changes);
+  free(s.deck_read);
+  if (rc) return rc;
+  fm_sampler_resume(&r->sampler, s.step, s.samples);
   FM_CHECK(fm_reduce_allgather(&r->red, fm_model_param_arena(r->model))); /* every rank read only its shard */
   r->skipped = s.skipped;
   r->red.redone = s.redone;
-  fm_log0("resume: %s, step %lld (%lld samples seen), every dataset's SHA-256 verified, written at %s; run id %s",
+  fm_log0("resume: %s, step %lld (%lld samples seen, continued from there), every dataset's SHA-256 verified, written at %s; run id %s",
           loaded, (long long)s.step, (long long)s.samples, "any rank count (loaded as hyperslabs of this layout)",
           r->run_id);
   return s.step;
@@ -542,9 +566,12 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
     teardown(&r);
     return rc;
   }
-  fm_log0("train: run '%s', %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d, %s reduction, %s",
+  if (r.resume_changes) fm_metrics_record(r.metrics, r.resume_changes);
+  fm_log0("train: run '%s', %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d (%s collectives, ZeRO-%lld), "
+          "%s reduction, %s",
           c->run.name, r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps,
-          (long long)r.B, (long long)r.T, dp->size, r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
+          (long long)r.B, (long long)r.T, dp->size, dp->kind, (long long)c->parallel.zero,
+          r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();

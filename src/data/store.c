@@ -18,6 +18,7 @@ struct FmStore {
   int nshards;
   FmShardReader **shard;
   int64_t *first; /* first global row of each shard; first[nshards] = N */
+  char **name;    /* each shard's file, for messages */
   /* scratch, grown to the largest batch seen (no malloc once warm) */
   int64_t scap;
   int64_t *key, *rows;
@@ -185,6 +186,7 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
   st->nshards = in->nshards = (int)shards->n;
   st->shard = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->shard); // NOLINT(bugprone-sizeof-expression): pointers
   st->first = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->first);
+  st->name = fm_xcalloc((size_t)st->nshards + 1, sizeof *st->name);  // NOLINT(bugprone-sizeof-expression): pointers
   const char *slash = strrchr(path, '/');
   size_t dirlen = slash ? (size_t)(slash - path + 1) : 0;
   int64_t total = 0;
@@ -201,6 +203,7 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     char *full = fm_xmalloc(dirlen + strlen(file) + 1);
     memcpy(full, path, dirlen);
     memcpy(full + dirlen, file, strlen(file) + 1);
+    st->name[s] = full;
     if (strcmp(kind, "h5") == 0) {
       FmStoreInfo si = *in;
       int64_t nh = 0;
@@ -212,7 +215,6 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     } else {
       rc = fm__bin_shard_open(&st->shard[s], full, in, n, err);
     }
-    free(full);
     st->first[s] = first;
     total += n;
   }
@@ -241,6 +243,8 @@ int fm_store_open(FmStore **out, const char *path, const char *format, FmComm *c
     st->nshards = st->info.nshards = 1;
     st->shard = fm_xcalloc(1, sizeof *st->shard); // NOLINT(bugprone-sizeof-expression): pointers
     st->first = fm_xcalloc(2, sizeof *st->first);
+    st->name = fm_xcalloc(1, sizeof *st->name);  // NOLINT(bugprone-sizeof-expression): pointers
+    st->name[0] = fm_xstrdup(path);
     rc = fm__h5_shard_open(&st->shard[0], path, comm, &st->info, &st->first[1], err);
     st->info.n_seq = st->first[1];
   } else if (ends_with(path, ".json")) {
@@ -284,6 +288,22 @@ static void grow(FmStore *st, int64_t n) {
   st->mask = fm_xrealloc(st->mask, (size_t)n * R);
   st->pos = fm_xrealloc(st->pos, (size_t)n * R * sizeof *st->pos);
   st->seg = fm_xrealloc(st->seg, (size_t)n * R * sizeof *st->seg);
+}
+
+/* Every id of a row must be a token of the store's vocabulary: a corrupt
+ * shard would otherwise index past the embedding table. */
+static int check_ids(const FmStore *st, int s, int64_t row, const uint32_t *tr) {
+  const int64_t sample = st->first[s] + row;
+  for (int64_t t = 0; t < st->info.row_len; t++)
+    if (tr[t] >= (uint64_t)st->info.vocab_size) {
+      fm_err(
+          "%s: row %lld (sample %lld), column %lld: token id %lu >= vocab_size %lld of the store: the shard is "
+          "corrupt or from another tokenizer\nhint: run task='prep' again for this store",
+          st->name[s], (long long)row, (long long)sample, (long long)t, (unsigned long)tr[t],
+          (long long)st->info.vocab_size);
+      return FM_EFORMAT;
+    }
+  return 0;
 }
 
 static int read_batch(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b, bool coll) {
@@ -332,6 +352,7 @@ static int read_batch(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b, bo
       if (u < 0 || st->rows[u] != row) u++;
       const uint32_t *tr = st->tok + u * R;
       const uint8_t *mr = st->mask + u * R;
+      if (check_ids(st, s, row, tr)) return FM_EFORMAT;
       for (int64_t t = 0; t < T; t++) {
         b->tokens[slot * T + t] = (int32_t)tr[t];
         b->targets[slot * T + t] = (int32_t)tr[t + 1];
@@ -364,6 +385,8 @@ void fm_store_close(FmStore *st) {
   for (int s = 0; s < st->nshards; s++)
     if (st->shard && st->shard[s]) st->shard[s]->close(st->shard[s]);
   free(st->shard);
+  for (int s = 0; s < st->nshards && st->name; s++) free(st->name[s]);
+  free(st->name);
   free(st->first);
   free(st->key);
   free(st->rows);

@@ -235,6 +235,13 @@ static int open_data(Run *r, FILE *err) {
     const FmStoreInfo *vi = fm_store_info(r->valid);
     rc = fm_model_check_store(r->deck, &r->dims, c->data.valid, vi->seq_len, vi->vocab_size, err);
     if (rc) return rc;
+    if (strcmp(vi->tokenizer_hash, ti->tokenizer_hash) != 0) {
+      fm_deck_error(r->deck, err, FM_KEY_data_valid,
+                    "was made by another tokenizer than &data train = '%s' (%.16s, %.16s)", c->data.train,
+                    vi->tokenizer_hash, ti->tokenizer_hash);
+      if (err) fprintf(err, "hint: prep train and valid with the same &prep tokenizer\n");
+      return FM_EDECK;
+    }
   }
   return fm_sampler_init(&r->sampler, ti->n_seq, r->B, r->b, r->dp->size, r->dp->rank, (uint64_t)c->run.seed, err);
 }

@@ -4,6 +4,8 @@
 # (its deck carries a 70,000-byte &generate prompt, past HDF5's 64 KiB
 # attribute header limit), then:
 #   - h5py reads the checkpoint's deck attribute whole (the prompt included);
+#   - task='eval' of the checkpoint file gives the same loss bits as eval of
+#     the run's HF export of the same weights (final/);
 #   - n_head 4 -> 2 at the same d_model (every tensor keeps its shape) and
 #     another rope_theta are refused, the message naming key, old and new value;
 #   - another lr (and steps) resumes with a warning listing both keys, and
@@ -44,6 +46,15 @@ deck = deck.decode() if isinstance(deck, bytes) else deck
 assert "p" * 70000 in deck and deck.rstrip().endswith("/"), f"deck attribute holds {len(deck)} bytes, not the whole deck"
 print(f"ok: the checkpoint stores the whole resolved deck ({len(deck)} bytes)")
 PY
+
+# task='eval' of the checkpoint file equals eval of the same weights exported to HF (final/), bit for bit
+for m in ckpt/step_00000002.h5 final; do
+  run "eval_${m%%/*}" 0 "run%task='eval'" "eval%model='$R/base/$m'" eval%batches=2
+done
+a=$(grep -o '"loss_hex": "[^"]*"' "$R/eval_ckpt/eval.json"); b=$(grep -o '"loss_hex": "[^"]*"' "$R/eval_final/eval.json")
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL: eval of the checkpoint ($a) and of its HF export ($b) differ"; exit 1; }
+grep -q "tokens\": [1-9]" "$R/eval_ckpt/eval.json" || { echo "FAIL: the checkpoint's eval counted no tokens"; exit 1; }
+echo "ok: task='eval' of step_00000002.h5 equals eval of final/ (HF): $a"
 
 deck=gpt2_nano run gpt2 0 train%steps=2
 cp -r "$R/gpt2" "$R/nhead"

@@ -107,6 +107,11 @@ void fm_ckpt_log_written(const char *path, double seconds);
  * `why` (may be NULL) holding a message naming the file and the dataset. */
 int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len);
 
+/* The weights only (every rank the whole vector w, checksums verified), for
+ * eval, generate and ifd. Collective. 0, or FM_ECKPT with `why`. */
+int fm_ckpt_read_params(const char *path, const FmTensorTable *params, float *w, FmComm *comm, char *why,
+                        size_t why_len);
+
 /* Resume as &ckpt resume says: 'none' (returns 1), a path (that file; failure
  * is an error), or 'auto': the file `latest` names, then older checkpoints of
  * the same run id, each failing one skipped with a warning naming the reason

@@ -37,7 +37,7 @@ double fm_eval_loss(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *d
 int fm_eval_detail(FmModel *m, FmStore *st, FmBatch *buf, int64_t nb, FmComm *dp, FILE *per_doc, int64_t *correct,
                    int64_t *ntok);
 
-/* task='eval': &eval model (an HF directory) on &data valid (or &data train
+/* task='eval': &eval model (a checkpoint file or an HF directory) on &data valid (or &data train
  * when valid is empty), &eval batches micro-batches; prints loss, perplexity
  * and token accuracy, writes out_dir/eval.json and, with &eval per_doc, the
  * per-document JSONL there. */

@@ -156,7 +156,8 @@ typedef struct FmModelLoadOpts {
   const FmBackend *be; /* NULL: the CPU backend */
   int64_t micro_batch; /* sequences per forward (b) */
   bool recompute;      /* per-layer activation recompute (training) */
-  const char *hf_dir;  /* import these HF weights (config.json checked against the deck); NULL or "": none */
+  const char *hf_dir;  /* import these HF weights (config.json checked against the deck) or a checkpoint file; NULL or
+                          "": none */
   bool init;           /* without hf_dir: initialise from &run seed and &model init_std (training); false
                           leaves the weights zero for a later fm_model_import */
 } FmModelLoadOpts;
@@ -174,7 +175,9 @@ typedef struct FmLoadedModel {
  * rank's import failed. Errors are reported on err (rank 0's stderr or NULL). */
 int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts *o, FmComm *comm, FILE *err);
 /* Import the HF directory hf_dir into m's weights (fm_hf_import); with comm,
- * agreed as in fm_model_load. */
+ * agreed as in fm_model_load. A file (an fmhpc checkpoint, step_N.h5) is read
+ * instead: its /params, every checksum verified; that read is collective and
+ * needs comm. fm_model_load's hf_dir takes either too. */
 int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err);
 /* A store of sequences of seq_len tokens from a tokenizer of vocab_size ids
  * (path names it) against the model: FM_EDECK at &model seq_len (with a hint)

@@ -699,7 +699,10 @@ void fm_ckpt_log_written(const char *path, double seconds) {
           seconds > 0 ? mib / seconds : 0.0);
 }
 
-int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len) {
+/* Open path for reading, run body, close: the same steps for a resume and
+ * for a weights-only read. */
+typedef int (*ReadBody)(H5 *h, void *arg);
+static int read_file(const char *path, FmComm *comm, char *why, size_t why_len, ReadBody body, void *arg) {
   H5 h = {.f = -1, .dxpl = -1, .comm = comm, .path = path};
   H5E_auto2_t efunc;
   void *edata;
@@ -715,7 +718,7 @@ int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size
     int e = h.dxpl < 0 || H5Pset_dxpl_mpio(h.dxpl, H5FD_MPIO_COLLECTIVE) < 0;
     rc = agree(comm, e ? FM_EHDF5 : 0, h.why);
   }
-  if (!rc) rc = body_io(&h, 'r', s);
+  if (!rc) rc = body(&h, arg);
   if (h.dxpl >= 0) H5Pclose(h.dxpl);
   if (h.f >= 0) H5Fclose(h.f);
   H5Eset_auto2(H5E_DEFAULT, efunc, edata);
@@ -767,6 +770,42 @@ static void say_found(const char *dir, const char *why) {
              "retention and resume = 'auto' consider only its own checkpoints, its first one moves `latest`",
              why, dir, n, n == 1 ? "" : "s", strrchr(paths[0], '/') + 1);
   free_list(paths, n);
+}
+
+static int read_all(H5 *h, void *s) { return body_io(h, 'r', s); }
+
+int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len) {
+  return read_file(path, comm, why, why_len, read_all, s);
+}
+
+typedef struct ParamsArg {
+  const FmTensorTable *params;
+  float *w;
+} ParamsArg;
+
+/* Every rank reads the whole vector; the digests of identical pieces combine
+ * to the same checksums, so the check is the resume's. */
+static int read_params(H5 *h, void *arg) {
+  const ParamsArg *p = arg;
+  hid_t root = H5Gopen2(h->f, "/", H5P_DEFAULT);
+  char fmt[32] = "";
+  int64_t np = -1;
+  int rc = root < 0 || attr_read_str(root, "format", fmt, sizeof fmt) || attr_read_i64(root, "n_params", &np);
+  if (root >= 0) H5Gclose(root);
+  if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
+    snprintf(h->why, WHY, "%s: not an fmhpc checkpoint (no format = 'fmhpc-ckpt' attribute)", h->path);
+  else if (np != p->params->numel)
+    snprintf(h->why, WHY,
+             "%s: holds %lld parameters, the model of &model has %lld: set &model as the run that wrote it", h->path,
+             (long long)np, (long long)p->params->numel);
+  rc = agree(h->comm, h->why[0] ? FM_ECKPT : 0, h->why);
+  return rc ? rc : array_io(h, 'r', "params", p->params, p->w, 0, p->params->numel);
+}
+
+int fm_ckpt_read_params(const char *path, const FmTensorTable *params, float *w, FmComm *comm, char *why,
+                        size_t why_len) {
+  ParamsArg a = {params, w};
+  return read_file(path, comm, why, why_len, read_params, &a);
 }
 
 int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *comm, FILE *err, char *loaded,

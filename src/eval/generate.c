@@ -373,7 +373,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
   if (!rc) { /* the import status is agreed below, with the decoder's */
     const FmModelLoadOpts lo = {NULL, g.B, false, model_dir, false};
     FmLoadedModel lm;
-    rc = fm_model_load(&lm, deck, &lo, NULL, err);
+    rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
     dims = lm.dims;
     g.m = lm.model;
     /* Generation computes in fp32 whatever &train precision says (as it always has). */

@@ -3,11 +3,34 @@
  * the import status agreed by every rank; and the store-against-model check
  * (fm_model_check_store). train, eval, generate and ifd all start here. */
 #include <string.h>
+#include <sys/stat.h>
 
+#include "fmhpc/ckpt.h"
 #include "fmhpc/core.h"
 #include "fmhpc/interop.h"
 
+/* A file (step_N.h5), not a directory: an fmhpc checkpoint. */
+static bool is_checkpoint(const char *path) {
+  struct stat sb;
+  const size_t n = strlen(path);
+  return (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) || (n > 3 && strcmp(path + n - 3, ".h5") == 0);
+}
+
+/* The weights of an fmhpc checkpoint: its /params, every checksum verified
+ * (collective over comm). */
+static int import_checkpoint(FmModel *m, const char *path, FmComm *comm, FILE *err) {
+  if (!comm) {
+    if (err) fprintf(err, "fmhpc: %s: loading a checkpoint needs the ranks' communicator (internal)\n", path);
+    return FM_EINVAL;
+  }
+  char why[12288];
+  int rc = fm_ckpt_read_params(path, fm_model_params(m), fm_model_param_arena(m), comm, why, sizeof why);
+  if (rc && err) fprintf(err, "fmhpc: %s\nhint: a model is an fmhpc checkpoint (step_N.h5) or an HF directory\n", why);
+  return rc;
+}
+
 int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err) {
+  if (is_checkpoint(hf_dir)) return import_checkpoint(m, hf_dir, comm, err);
   const FmModelDims *d = fm_model_get_dims(m);
   int rc = fm_hf_import(hf_dir, fm_model_get_kind(m), d, fm_model_params(m), fm_model_param_arena(m), err);
   if (!comm) return rc;

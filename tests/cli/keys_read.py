@@ -16,10 +16,7 @@ import pathlib
 import re
 import sys
 
-PENDING = {
-    "log.tensorboard": "TensorBoard event writer (issue 11, helper h11tb)",
-    "run.name": "run name in log, summary and checkpoint attributes (issue 11, helper h11tb)",
-}
+PENDING = {}  # "group.key": "what will read it (issue, branch)"
 NOT_ACTING = {"src/train/plan.c"}
 
 repo = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")

@@ -160,6 +160,8 @@ typedef struct FmModelLoadOpts {
                           "": none */
   bool init;           /* without hf_dir: initialise from &run seed and &model init_std (training); false
                           leaves the weights zero for a later fm_model_import */
+  int64_t context;     /* generation: activations (the key/value cache) for this many positions, <= seq_len
+                          (fm_model_create_ctx); 0: seq_len */
 } FmModelLoadOpts;
 
 typedef struct FmLoadedModel {

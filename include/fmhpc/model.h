@@ -97,6 +97,13 @@ typedef struct FmModelInput {
  * op or b < 1. */
 int fm_model_create(FmModel **m, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
                     bool recompute, FILE *err);
+/* For generation: as fm_model_create without recompute, but the activations
+ * (the prefill's key/value cache) and batch buffers hold T_ctx <= d->T
+ * positions per sequence (prompt + max_tokens), while the parameter table
+ * keeps d's shape (weights load as usual). FM_EINVAL when T_ctx is not in
+ * [1, d->T]. */
+int fm_model_create_ctx(FmModel **m, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                        int64_t T_ctx, FILE *err);
 void fm_model_free(FmModel *m);
 
 /* Initialise every weight (DESIGN section 6: a pure function of the seed and
@@ -164,6 +171,9 @@ int fm_model_act_stats(FmModel *m, double *var_per_layer);
 const FmTensorTable *fm_model_params(const FmModel *m);
 const FmTensorTable *fm_model_act_table(const FmModel *m);
 const FmModelDims *fm_model_get_dims(const FmModel *m);
+/* The dims of m's parameter table (as fm_model_get_dims, but T is the
+ * model's seq_len when m was made with a shorter context: importers use it). */
+const FmModelDims *fm_model_param_dims(const FmModel *m);
 const FmModelKind *fm_model_get_kind(const FmModel *m);
 const FmBackend *fm_model_backend(const FmModel *m);
 float *fm_model_param_arena(FmModel *m);

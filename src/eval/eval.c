@@ -196,7 +196,7 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
     fm_deck_error(deck, err, FM_KEY_data_valid, "task = 'eval' needs a store (&data valid or train)");
     return FM_EDECK;
   }
-  const FmModelLoadOpts lo = {NULL, c->train.micro_batch, false, c->eval.model, false};
+  const FmModelLoadOpts lo = {NULL, c->train.micro_batch, false, c->eval.model, false, 0};
   FmLoadedModel lm;
   int rc = fm_model_load(&lm, deck, &lo, world, err);
   const FmModelDims dims = lm.dims;

@@ -370,15 +370,8 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
   int rc = load_inputs(deck, &p, &tok, &tpl, &has_tpl, err);
   const char *model_dir = c->generate.model[0] ? c->generate.model : c->model.init_from;
   g.B = c->generate.batch < p.n ? c->generate.batch : (p.n > 0 ? p.n : 1);
-  if (!rc) { /* the import status is agreed below, with the decoder's */
-    const FmModelLoadOpts lo = {NULL, g.B, false, model_dir, false};
-    FmLoadedModel lm;
-    rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
-    dims = lm.dims;
-    g.m = lm.model;
-    /* Generation computes in fp32 whatever &train precision says (as it always has). */
-    if (g.m) fm_model_set_compute_bf16(g.m, false);
-  }
+  const FmModelKind *kind = NULL;
+  if (!rc) rc = fm_model_dims(&dims, &kind, deck, err);
   if (!rc && fm_tok_vocab_size(tok) > dims.V) {
     fm_deck_error(deck, err, FM_KEY_model_vocab_size, "the tokenizer has %lld ids, more than the model's %lld",
                   (long long)fm_tok_vocab_size(tok), (long long)dims.V);
@@ -402,13 +395,35 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
       }
     }
   }
+  /* The key/value cache holds the longest prompt + max_tokens positions, not
+   * the whole context; a sequence that would pass seq_len stops there
+   * (stop reason "context"), as before. */
+  int64_t ctx = 1;
+  for (int i = 0; !rc && i < p.n; i++) {
+    const int64_t need = seq[i].len + c->generate.max_tokens;
+    if (need > dims.T)
+      fm_warn0(
+          "generate: prompt %d (%lld tokens) + max_tokens %lld passes &model seq_len = %lld: its text stops "
+          "at the context (stop 'context')",
+          i, (long long)seq[i].len, (long long)c->generate.max_tokens, (long long)dims.T);
+    ctx = need > ctx ? need : ctx;
+  }
+  ctx = ctx < dims.T ? ctx : dims.T;
+  if (!rc) { /* the import status is agreed below, with the decoder's */
+    const FmModelLoadOpts lo = {NULL, g.B, false, model_dir, false, ctx};
+    FmLoadedModel lm;
+    rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
+    g.m = lm.model;
+    /* Generation computes in fp32 whatever &train precision says (as it always has). */
+    if (g.m) fm_model_set_compute_bf16(g.m, false);
+  }
   if (!rc) rc = fm_model_gen_create(&g.dec, g.m, err);
   int32_t ok = rc == 0, all_ok = 0;
   fm_comm_allreduce(world, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
   if (all_ok && !rc && seq) {
     g.c = c;
     g.tok = tok;
-    g.T = dims.T;
+    g.T = ctx;
     g.V = dims.V;
     g.out = out;
     g.so = (FmSampleOpts){c->generate.temperature, c->generate.top_k, c->generate.top_p,

@@ -31,7 +31,7 @@ static int import_checkpoint(FmModel *m, const char *path, FmComm *comm, FILE *e
 
 int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err) {
   if (is_checkpoint(hf_dir)) return import_checkpoint(m, hf_dir, comm, err);
-  const FmModelDims *d = fm_model_get_dims(m);
+  const FmModelDims *d = fm_model_param_dims(m);
   int rc = fm_hf_import(hf_dir, fm_model_get_kind(m), d, fm_model_params(m), fm_model_param_arena(m), err);
   if (!comm) return rc;
   int32_t bad = rc != 0, any = 0; /* import errors are usually seen by every rank alike; be sure */
@@ -45,7 +45,8 @@ int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts 
   int rc = fm_model_dims(&out->dims, &out->kind, deck, err);
   if (rc) return rc;
   const FmBackend *be = o->be ? o->be : fm_backend_cpu();
-  rc = fm_model_create(&out->model, out->kind, &out->dims, be, o->micro_batch, o->recompute, err);
+  rc = o->context > 0 ? fm_model_create_ctx(&out->model, out->kind, &out->dims, be, o->micro_batch, o->context, err)
+                      : fm_model_create(&out->model, out->kind, &out->dims, be, o->micro_batch, o->recompute, err);
   if (rc) return rc;
   fm_model_set_compute_bf16(out->model, c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16);
   if (o->hf_dir && o->hf_dir[0]) return fm_model_import(out->model, o->hf_dir, comm, err);

@@ -24,6 +24,7 @@ typedef enum { FM_ACT_RESID, FM_ACT_LAYER, FM_ACT_ONCE, FM_ACT_GRAD } FmActKind;
 struct FmModel {
   const FmModelKind *kind;
   FmModelDims d;
+  FmModelDims pd; /* the parameter table's dims: d, or a longer T (fm_model_create_ctx) */
   const FmBackend *be;
   int64_t B; /* micro-batch: sequences */
   bool recompute;

@@ -58,12 +58,16 @@ static float *act_named(FmModel *m, const char *name) {
   fm_abort_one(1, "model %s: no activation \"%s\" in its table", m->kind->name, name);
 }
 
-int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
-                    bool recompute, FILE *err) {
+/* The parameter table has pd's shape; activations, batch buffers and the
+ * forward use d (d->T <= pd->T: a generation context shorter than the
+ * model's, whose positions index the first d->T rows of GPT-2's wpe). */
+static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, const FmModelDims *d, const FmBackend *be,
+                  int64_t b, bool recompute, FILE *err) {
   *out = NULL;
-  if (b < 1 || d->T < 1) {
+  if (b < 1 || d->T < 1 || d->T > pd->T) {
     if (err)
-      fprintf(err, "error: model micro-batch b = %lld, T = %lld: both must be >= 1\n", (long long)b, (long long)d->T);
+      fprintf(err, "error: model micro-batch b = %lld, T = %lld: both must be >= 1, T <= the model's %lld\n",
+              (long long)b, (long long)d->T, (long long)pd->T);
     return FM_EINVAL;
   }
   int rc = check_backend(be, err);
@@ -72,10 +76,11 @@ int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, c
   memset(m, 0, sizeof *m);
   m->kind = k;
   m->d = *d;
+  m->pd = *pd;
   m->be = be;
   m->B = b;
   m->recompute = recompute;
-  fm_model_param_table(&m->params, k, d);
+  fm_model_param_table(&m->params, k, pd);
   fm_table_init(&m->acts);
   k->acts(&m->acts, d, b, recompute);
 
@@ -122,6 +127,18 @@ int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, c
       (long long)b, (long long)d->T, recompute ? "on" : "off", mib(scratch, 4), mib(extra + 4 * N, 4));
   *out = m;
   return FM_OK;
+}
+
+int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                    bool recompute, FILE *err) {
+  return create(out, k, d, d, be, b, recompute, err);
+}
+
+int fm_model_create_ctx(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                        int64_t T_ctx, FILE *err) {
+  FmModelDims dc = *d;
+  dc.T = T_ctx;
+  return create(out, k, d, &dc, be, b, false, err);
 }
 
 static void gen_free(FmModel *m);
@@ -211,6 +228,7 @@ int fm_model_gen_create(FmModel **out, FmModel *m, FILE *err) {
   memset(g, 0, sizeof *g);
   g->kind = m->kind;
   g->d = m->d;
+  g->pd = m->pd;
   g->d.T = 1; /* one new position per sequence */
   g->be = be;
   g->B = m->B;
@@ -235,9 +253,9 @@ int fm_model_gen_create(FmModel **out, FmModel *m, FILE *err) {
   g->final = act_named(g, "final");
   const int64_t kv = 2 * m->d.L * m->B * m->d.T * m->d.NKV * m->d.HS;
   fm_log0(
-      "generation: key/value cache %.1f MiB (the model's activations, %lld sequences x %lld positions), "
-      "decode buffers %.1f MiB\n",
-      mib(kv, 4), (long long)B, (long long)m->d.T, mib(g->acts.numel + B * V + 4 * B, 4));
+      "generation: key/value cache %.1f MiB = %lld bytes (the model's activations, %lld sequences x %lld "
+      "positions), decode buffers %.1f MiB\n",
+      mib(kv, 4), (long long)kv * 4, (long long)B, (long long)m->d.T, mib(g->acts.numel + B * V + 4 * B, 4));
   *out = g;
   return FM_OK;
 }
@@ -304,6 +322,7 @@ int fm_model_act_stats(FmModel *m, double *var_per_layer) {
 const FmTensorTable *fm_model_params(const FmModel *m) { return &m->params; }
 const FmTensorTable *fm_model_act_table(const FmModel *m) { return &m->acts; }
 const FmModelDims *fm_model_get_dims(const FmModel *m) { return &m->d; }
+const FmModelDims *fm_model_param_dims(const FmModel *m) { return &m->pd; }
 const FmModelKind *fm_model_get_kind(const FmModel *m) { return m->kind; }
 const FmBackend *fm_model_backend(const FmModel *m) { return m->be; }
 float *fm_model_param_arena(FmModel *m) { return m->param; }

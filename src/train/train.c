@@ -300,7 +300,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->B = c->train.global_batch;
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;
-  const FmModelLoadOpts lo = {r->be, r->b, c->model.recompute, c->model.init_from, true};
+  const FmModelLoadOpts lo = {r->be, r->b, c->model.recompute, c->model.init_from, true, 0};
   FmLoadedModel lm;
   int rc = fm_model_load(&lm, deck, &lo, dp, err);
   r->kind = lm.kind;

@@ -52,6 +52,8 @@ typedef struct Run {
   FmSchedule sched;
   FmSpike spike;
   float *gshard;
+  float *gfull;        /* &parallel zero = 0: (numel) the whole gradient, for the replicated optimizer; else NULL */
+  float **state_shard; /* &parallel zero = 0: each optimizer state array at this rank's shard (checkpoints) */
   FmMetrics *metrics;
   double flops_per_step, peak_flops_rank;
   int64_t skipped;
@@ -115,6 +117,16 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
   return loss;
 }
 
+/* The gradient the optimizer takes: this rank's shard (ZeRO-1), or with
+ * &parallel zero = 0 the whole vector gathered from the shards. */
+static float *opt_grad(Run *r) {
+  if (!r->gfull) return r->gshard;
+  const int64_t lo = fm_reduce_lo(&r->red);
+  memcpy(r->gfull + lo, r->gshard, (size_t)(fm_reduce_hi(&r->red) - lo) * sizeof(float));
+  FM_CHECK(fm_reduce_allgather(&r->red, r->gfull));
+  return r->gfull;
+}
+
 /* What an optimizer's per-step hook may ask (FmOptimStepIo; Sophia's
  * Hessian estimate): logits of some rows of one micro-batch, and the step's
  * gradient with other labels, reduced onto this rank's shard. */
@@ -132,7 +144,7 @@ static void hook_logits(void *ctx, int64_t micro, const int64_t *rows, int64_t n
 static const float *hook_grad_shard(void *ctx, const int32_t *const *targets, bool *nonfinite) {
   HookCtx *h = ctx;
   grads_of_step(h->r, h->t, targets, nonfinite);
-  return h->r->gshard;
+  return opt_grad(h->r); /* the optimizer's range: the shard, or all of it (zero = 0) */
 }
 
 /* Numerical policy: a step with a non-finite loss or gradient on any rank is
@@ -159,6 +171,20 @@ static int report_nonfinite(const Run *r, int64_t t, double loss) {
   return FM_ENUMERIC;
 }
 
+/* The step's update, by &parallel zero. 1: each rank updates its shard of
+ * the weights and state, then the weights are all-gathered. 0: the optimizer
+ * state is replicated: the gradient shards are all-gathered and every rank
+ * updates the whole vector (elementwise, so the same bits as ZeRO-1). */
+static void update(Run *r, int64_t t, double lr) {
+  float *w = fm_model_param_arena(r->model);
+  if (r->gfull) {
+    fm_optim_step(r->opt, w, opt_grad(r), t, (float)lr);
+    return;
+  }
+  fm_optim_step(r->opt, w + fm_reduce_lo(&r->red), r->gshard, t, (float)lr);
+  FM_CHECK(fm_reduce_allgather(&r->red, w));
+}
+
 static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   const double t0 = fm_now_s();
   const int64_t t = step + 1; /* optimizer steps count from 1 */
@@ -182,9 +208,7 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
     const int64_t len = fm_reduce_hi(&r->red) - fm_reduce_lo(&r->red);
     if (scale != 1.0)
       for (int64_t i = 0; i < len; i++) r->gshard[i] = (float)((double)r->gshard[i] * scale);
-    float *w = fm_model_param_arena(r->model);
-    fm_optim_step(r->opt, w + fm_reduce_lo(&r->red), r->gshard, t, (float)lr);
-    FM_CHECK(fm_reduce_allgather(&r->red, w));
+    update(r, t, lr);
   } else {
     r->skipped++;
   }
@@ -313,8 +337,16 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
 
   const FmTensorTable *pt = fm_model_params(r->model);
   fm_reduce_create(&r->red, pt->numel, r->M, c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT, dp);
-  if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, fm_reduce_lo(&r->red), fm_reduce_hi(&r->red), err)))
+  const bool replicated = c->parallel.zero == 0;
+  if (replicated) r->gfull = fm_xcalloc((size_t)pt->numel, sizeof *r->gfull);
+  if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, replicated ? 0 : fm_reduce_lo(&r->red),
+                                      replicated ? pt->numel : fm_reduce_hi(&r->red), err)))
     return rc;
+  if (replicated) {
+    const int n = fm_optim_state_table(r->opt)->n;
+    r->state_shard = fm_xcalloc((size_t)(n > 0 ? n : 1), sizeof *r->state_shard);  // NOLINT(bugprone-sizeof-expression)
+    for (int i = 0; i < n; i++) r->state_shard[i] = fm_optim_state_arrays(r->opt)[i] + fm_reduce_lo(&r->red);
+  }
   if ((rc = fm_schedule_from_deck(&r->sched, deck, err))) return rc;
   fm_spike_init_from_deck(&r->spike, deck);
 
@@ -347,6 +379,8 @@ static void teardown(Run *r) {
   free(r->mloss);
   free(r->mloss_all);
   free(r->gshard);
+  free(r->gfull);
+  free(r->state_shard);
   if (r->opt) fm_optim_free(r->opt);
   fm_spike_free(&r->spike);
   fm_reduce_free(&r->red);
@@ -427,7 +461,7 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
                    .hi = fm_reduce_hi(&r->red),
                    .nstate = st->n,
                    .state_names = fm_optim_state_names(r->opt),
-                   .state = fm_optim_state_arrays(r->opt),
+                   .state = r->gfull ? r->state_shard : fm_optim_state_arrays(r->opt), /* zero = 0: shards */
                    .amax_prev = r->red.amax_prev,
                    .nblocks = r->red.nblocks,
                    .spike = &r->spike,
@@ -462,6 +496,9 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   if (rc) return rc;
   fm_sampler_resume(&r->sampler, s.step, s.samples);
   FM_CHECK(fm_reduce_allgather(&r->red, fm_model_param_arena(r->model))); /* every rank read only its shard */
+  const FmTensorTable *st = fm_optim_state_table(r->opt);
+  for (int i = 0; r->gfull && i < st->n; i++) /* replicated optimizer state: every rank needs all of it */
+    FM_CHECK(fm_reduce_allgather(&r->red, fm_optim_state_arrays(r->opt)[i]));
   r->skipped = s.skipped;
   r->red.redone = s.redone;
   fm_log0("resume: %s, step %lld (%lld samples seen, continued from there), every dataset's SHA-256 verified, written at %s; run id %s",

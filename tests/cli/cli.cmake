@@ -53,10 +53,7 @@ fm_cli_test(bad_model_rule RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_BAD}/bad_h
             MATCH "bad_heads.in:4:3: &model n_head" "must divide d_model")
 fm_cli_test(bad_override RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in optim%lrr=1e-3
             MATCH "<command line>" "lrr" "did you mean 'lr'")
-# &parallel: ZeRO-1 is the only stage (0 is refused, naming the valid range);
-# comm = 'nccl' without the CUDA backend is a clear error before any data is read.
-fm_cli_test(zero0_refused RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in parallel%zero=0
-            MATCH "&parallel zero = 0: out of range: must be in \\[1,1\\]")
+# &parallel comm = 'nccl' without the CUDA backend is a clear error before any data is read.
 fm_cli_test(comm_nccl_cpu RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in "parallel%comm='nccl'" "train%backend='cpu'"
             MATCH "&parallel comm = 'nccl': NCCL collectives need the CUDA backend" "hint: comm = 'auto' or 'mpi'")
 # Every key in keys.def is read by code that acts on it (not only by --check's plan).

@@ -82,7 +82,7 @@ FM_TEST(err_unquoted_string) {
 
 FM_TEST(err_int_out_of_range) {
   expect_error("&model d_model = 0 /", "t.in:1:18: &model d_model = 0: out of range: must be >= 1\n");
-  expect_error("&parallel zero = 0 /", "t.in:1:18: &parallel zero = 0: out of range: must be in [1,1]\n");
+  expect_error("&parallel zero = 2 /", "t.in:1:18: &parallel zero = 2: out of range: must be in [0,1]\n");
 }
 
 FM_TEST(err_real_out_of_range) {

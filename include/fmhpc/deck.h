@@ -56,6 +56,7 @@ typedef struct FmConfig {
  * binds every spelling and checks its index. */
 enum { FM_PRECISION_F32 = 0, FM_PRECISION_BF16 = 1 };       /* &train precision: p=f32,c=f32 | p=f32,c=bf16 */
 enum { FM_DETERMINISM_EXACT = 0, FM_DETERMINISM_FAST = 1 }; /* &train determinism: exact | fast */
+enum { FM_COMM_AUTO = 0, FM_COMM_MPI = 1, FM_COMM_NCCL = 2 }; /* &parallel comm: auto | mpi | nccl */
 
 /* Where a key's value came from: a deck file, a command-line override, or
  * the registry default (file == NULL). */

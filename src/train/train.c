@@ -315,7 +315,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   }
   /* &parallel comm: the training buffers live on the host (CPU backend), so
    * 'auto' is MPI's collectives; NCCL reduces device buffers. */
-  if (!strcmp(c->parallel.comm, "nccl")) {
+  if (c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL) {
     fm_deck_error(deck, err, FM_KEY_parallel_comm, "NCCL collectives need the CUDA backend; training runs on %s here",
                   "the CPU backend, whose buffers MPI reduces");
     if (err) fprintf(err, "hint: comm = 'auto' or 'mpi'\n");

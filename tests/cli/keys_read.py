@@ -3,7 +3,8 @@
 
 A key the deck accepts and nothing reads is a lie to the user. FmConfig is a
 struct generated from keys.def, so a key is read exactly where code names its
-field: `.group.name` or `->group.name` (`name_n` for an array's count). This test reads
+field: `.group.name` or `->group.name` (`name_n` for an array's count), or,
+for a choice key, its bound enum value `choice[FM_KEY_group_name]`. This test reads
 every C file under src/ except the deck module itself (which binds, prints and
 compares every key generically) and the --check plan (src/train/plan.c, which
 only describes a run: a key read there alone, like &parallel zero once was, is
@@ -36,7 +37,7 @@ assert nfiles > 50, f"scanned only {nfiles} source files"
 
 unread, pending_now_read = [], []
 for g, k in keys:
-    read = re.search(rf"(\.|->){g}\.{k}(_n)?\b", code) is not None
+    read = re.search(rf"(\.|->){g}\.{k}(_n)?\b|choice\[FM_KEY_{g}_{k}\]", code) is not None
     name = f"{g}.{k}"
     if name in PENDING:
         if read:

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fmhpc/reduce.h"
+#include "fmhpc/dist.h"
 #include "fmhpc/rng.h"
 
 static double time_exchange(FmReduce *red, float *grad, float *shard, float *w, int reps) {

@@ -71,7 +71,7 @@ int fm_cuda_select_device(int device);
 void fm_cuda_set_stream(void *stream);
 void *fm_cuda_get_stream(void);
 /* The exact gradient reduction's quantisation on the device (the twin of
- * add_block in src/train/reduce.c; src/tensor/cuda/quant.cu): acc[i - lo] +=
+ * add_block in src/dist/reduce.c; src/tensor/cuda/quant.cu): acc[i - lo] +=
  * round-to-nearest-even(grad[i] * 2^exp2[i / block]) for i in [lo, hi), lo a
  * multiple of block; amax[b] = max(amax[b], max |grad| of block b); a block
  * with NaN/Inf sets flags[1], one past limit sets flags[0], and neither adds.

@@ -16,7 +16,7 @@
  * hdf5_version, mpi_version, host, cpu, checksum_scheme.
  *
  * Checksums ("sha256-blocks-v1"): a dataset's elements are cut into pieces at
- * the boundaries of FM_CKPT_BLOCK-element blocks of the flat parameter vector
+ * the boundaries of FM_DIST_BLOCK-element blocks of the flat parameter vector
  * (for /reduce and /spike, of the dataset itself); the checksum is the SHA-256
  * of the concatenated SHA-256 digests of its pieces, in element order, over
  * the little-endian bytes. ZeRO-1 shards are cut at multiples of the block, so
@@ -56,29 +56,24 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fmhpc/dist.h"
 #include "fmhpc/optim.h"
 #include "fmhpc/runtime.h"
 #include "fmhpc/tensor.h"
 
-#define FM_CKPT_BLOCK ((int64_t)1 << 16) /* = FM_CLIP_BLOCK, the ZeRO-1 shard alignment, = FM_SHA_PIECE */
 /* fm_train_run's return (positive, not an FM_E*) when it stopped on a signal
  * after checkpointing; main turns it into exit status FM_EXIT_REQUEUE. */
 #define FM_CKPT_PREEMPTED 1
 #define FM_EXIT_REQUEUE 3
 
-/* What a checkpoint holds, as pointers into the run's own arrays. */
 enum { FM_CKPT_RUN_ID_LEN = 33 };
 
+/* What a checkpoint holds: the sharded arrays as the table dist.h owns
+ * (walked in order: one dataset group per FM_DIST_FLAT_SHARD entry, one
+ * dataset per whole entry), and the run's scalars. */
 typedef struct FmCkptState {
-  const FmTensorTable *params; /* canonical names and shapes */
-  float *w;                    /* (params->numel) the flat vector: the write reads [lo,hi), a read fills it */
-  int64_t lo, hi;              /* this rank's ZeRO-1 shard (multiples of FM_CKPT_BLOCK or numel) */
-  int nstate;                  /* optimizer state arrays */
-  const char *const *state_names;              /* (nstate) "optim.m", ... */
-  float *const *state;                         /* (nstate) arrays of hi-lo, element i = flat parameter lo+i */
-  float *amax_prev;                            /* (nblocks) */
-  int64_t nblocks;
-  FmSpike *spike;
+  FmDistState dist; /* a read fills the shard [lo, hi) of each flat entry: the caller all-gathers params */
+  FmSpike *spike;   /* the window's scalars (its buffer is the "spike/losses" entry) */
   int64_t step, skipped, redone, samples, seed;
   const char *optim_name, *model_name;
   const char *deck_text; /* write: the resolved deck, stored whole (a variable-length string attribute) */

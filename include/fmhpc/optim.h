@@ -1,10 +1,10 @@
-/* optim.h: optimizers, learning-rate schedules, global-norm clipping, the
- * ZeRO-1 shard map and loss-spike skipping: the library code the train loop
- * calls once per step. Everything here works on host (CPU-backend) memory and
- * is bitwise independent of the OpenMP thread count and of the number of
- * data-parallel ranks (DESIGN section 6). Not here: gradient reduction and
- * collectives (runtime.h), the sampled-label backward pass Sophia needs
- * (model/train), checkpoint files (ckpt).
+/* optim.h: optimizers, learning-rate schedules and loss-spike skipping: the
+ * library code the train loop calls once per step on this rank's shard.
+ * Everything here works on host (CPU-backend) memory and is bitwise
+ * independent of the OpenMP thread count and of the number of data-parallel
+ * ranks (DESIGN section 6). Not here: the shard map, gradient reduction,
+ * global-norm clipping (dist.h), collectives (runtime.h), the sampled-label
+ * backward pass Sophia needs (model/train), checkpoint files (ckpt).
  *
  * Registry. src/deck/optimizers.def lists each optimizer, one line; its file
  * defines its FmOptimKind: deck parameters, fp32 state tensors (as many as it
@@ -186,13 +186,6 @@ int fm_optim_segments(const FmOptim *o, const FmOptimSeg **segs);
 /* Whether a tensor with these flags decays under p (the rule above). */
 bool fm_optim_decays(const FmOptimParams *p, uint32_t flags);
 
-/* ---- ZeRO-1 shard map (zero.c) ------------------------------------------ */
-/* Rank r of P owns [lo, hi): the n elements cut into `align`-element blocks
- * (the last may be short) and the blocks dealt out contiguously, rank r
- * getting blocks [floor(r*nb/P), floor((r+1)*nb/P)). Boundaries are
- * multiples of align (or n), so global-norm blocks never straddle ranks. */
-void fm_zero_range(int64_t n, int64_t align, int nranks, int rank, int64_t *lo, int64_t *hi);
-
 /* ---- learning-rate schedules (schedule.c) ------------------------------- */
 /* Registry: src/deck/schedules.def, one line per schedule; its file defines
  * its FmSchedKind. */
@@ -242,27 +235,6 @@ int fm_schedule_from_deck(FmSchedule *s, const FmDeck *deck, FILE *err);
  * torch's CosineAnnealingLR(T_max=T-W, eta_min=f*lr) after t-W scheduler
  * steps. t <= 0 gives 0 when W > 0, lr when W = 0 (p = 0). */
 double fm_lr_at(const FmSchedule *s, int64_t t);
-
-/* ---- global-norm clipping (clip.c) -------------------------------------- */
-/* Blocks of the flat gradient; their boundaries depend only on the element
- * index, never on the rank count (DESIGN section 5). */
-#define FM_CLIP_BLOCK ((int64_t)1 << 16)
-
-/* Number of blocks of `block` elements that [lo, hi) covers (lo a multiple of
- * block; hi a multiple of block or the end of the vector). */
-int64_t fm_clip_nblocks(int64_t lo, int64_t hi, int64_t block);
-/* out_blocks[j] = sum of g[i]^2 over block j of the shard, in double, in
- * element order; g points at element lo. FM_EINVAL unless lo is a multiple of
- * block. Each block is one thread's sequential sum: same bits for any thread
- * count. The train loop all-gathers the block sums (exactly: they are copied,
- * not added) and calls fm_clip_norm over all blocks in global order. */
-int fm_clip_block_sumsq(const float *g, int64_t lo, int64_t hi, int64_t block, double *out_blocks);
-/* sqrt of the sum of the block sums, added in block order. */
-double fm_clip_norm(const double *block_sumsq, int64_t nblocks);
-/* The factor to multiply gradients by, as torch.nn.utils.clip_grad_norm_:
- * min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables (1). A non-finite
- * norm gives NaN: the caller skips that step. */
-double fm_clip_scale(double norm, double max_norm);
 
 /* ---- loss-spike skip (spike.c) ------------------------------------------ */
 /* The last `window` ACCEPTED step losses (a ring, oldest at `head` once

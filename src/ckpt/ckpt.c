@@ -61,10 +61,10 @@ static int agree(FmComm *c, int rc, char *why) {
 
 /* ---- checksums ---------------------------------------------------------- */
 
-_Static_assert(FM_CKPT_BLOCK == FM_SHA_PIECE, "shards align to checksum pieces (sha256-blocks-v1)");
+_Static_assert(FM_DIST_BLOCK == FM_SHA_PIECE, "shards align to checksum pieces (sha256-blocks-v1)");
 
-/* Pieces of the flat range [a, b) cut at multiples of FM_CKPT_BLOCK. */
-static int64_t npieces(int64_t a, int64_t b) { return b > a ? (b - 1) / FM_CKPT_BLOCK - a / FM_CKPT_BLOCK + 1 : 0; }
+/* Pieces of the flat range [a, b) cut at multiples of FM_DIST_BLOCK. */
+static int64_t npieces(int64_t a, int64_t b) { return b > a ? (b - 1) / FM_DIST_BLOCK - a / FM_DIST_BLOCK + 1 : 0; }
 
 /* The checksums of the tensors of one flat array (params or one optimizer
  * state) from the shard [lo, hi) each rank holds (base = element lo): each rank
@@ -78,9 +78,9 @@ static int array_digests(const FmTensorTable *tab, const float *base, int64_t lo
   int64_t k = 0;
   for (int i = 0; i < tab->n; i++) {
     const int64_t a = tab->t[i].offset, b = a + tab->t[i].numel;
-    for (int64_t blk = a / FM_CKPT_BLOCK; b > a && blk <= (b - 1) / FM_CKPT_BLOCK; blk++, k++) {
-      const int64_t ps = blk * FM_CKPT_BLOCK > a ? blk * FM_CKPT_BLOCK : a;
-      const int64_t pe = (blk + 1) * FM_CKPT_BLOCK < b ? (blk + 1) * FM_CKPT_BLOCK : b;
+    for (int64_t blk = a / FM_DIST_BLOCK; b > a && blk <= (b - 1) / FM_DIST_BLOCK; blk++, k++) {
+      const int64_t ps = blk * FM_DIST_BLOCK > a ? blk * FM_DIST_BLOCK : a;
+      const int64_t pe = (blk + 1) * FM_DIST_BLOCK < b ? (blk + 1) * FM_DIST_BLOCK : b;
       if (ps >= lo && pe <= hi) fm_sha256(base + (ps - lo), (size_t)(pe - ps) * sizeof(float), d + 32 * k);
     }
   }
@@ -379,6 +379,12 @@ static char *cpu_model(void) {
   return fm_xstrdup("unknown");
 }
 
+/* The exact reduction's block count (its scales' dataset), 0 without one. */
+static int64_t ckpt_nblocks(const FmCkptState *s) {
+  const FmDistEntry *e = fm_dist_state_find(&s->dist, "reduce/amax_prev");
+  return e ? e->n : 0;
+}
+
 static int write_run_state(H5 *h, const FmCkptState *s) {
   char *host = NULL, *cpu = NULL, *mpiv = NULL;
   if (h->comm->rank == 0) {
@@ -418,8 +424,8 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
          attr_i64(root, "spike_consecutive", sp->consecutive) | attr_f64(root, "spike_z_max", sp->z_max) |
          attr_str(root, "optimizer", s->optim_name) | attr_str(root, "model", s->model_name) |
          attr_str(root, "run_name", s->run_name ? s->run_name : "") | attr_str(root, "run_id", s->run_id) |
-         attr_i64(root, "n_params", s->params->numel) | attr_i64(root, "world_size", h->comm->size) |
-         attr_i64(root, "nblocks", s->nblocks) | attr_str(root, "fmhpc_version", FM_VERSION_STRING) |
+         attr_i64(root, "n_params", s->dist.params->numel) | attr_i64(root, "world_size", h->comm->size) |
+         attr_i64(root, "nblocks", ckpt_nblocks(s)) | attr_str(root, "fmhpc_version", FM_VERSION_STRING) |
          attr_str(root, "git", FMHPC_GIT_REV) | attr_str(root, "hdf5_version", h5v) |
          attr_str(root, "mpi_version", mpiv) | attr_str(root, "host", host) | attr_str(root, "cpu", cpu) |
          attr_vlstr(root, "deck", s->deck_text);
@@ -456,9 +462,9 @@ static int read_run_state(H5 *h, FmCkptState *s) {
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint or its run-state attributes are unreadable", h->path);
-  else if (np != s->params->numel || nb != s->nblocks)
+  else if (np != s->dist.params->numel || nb != ckpt_nblocks(s))
     snprintf(h->why, WHY, "%s: holds %lld parameters, the model has %lld: the checkpoint is from a different model",
-             h->path, (long long)np, (long long)s->params->numel);
+             h->path, (long long)np, (long long)s->dist.params->numel);
   else if (strcmp(opt, s->optim_name) != 0)
     snprintf(h->why, WHY, "%s: optimizer '%s', the deck says '%s'", h->path, opt, s->optim_name);
   else if (window != sp->window)
@@ -469,25 +475,23 @@ static int read_run_state(H5 *h, FmCkptState *s) {
   return agree(h->comm, FM_ECKPT, h->why);
 }
 
-/* Everything after the file is open: the same sequence for both directions. */
+/* Everything after the file is open: the same sequence for both directions,
+ * the run state then the sharded-state table (dist.h) in its order. */
 static int body_io(H5 *h, int rw, FmCkptState *s) {
   int rc = rw == 'w' ? write_run_state(h, s) : read_run_state(h, s);
-  if (!rc) rc = array_io(h, rw, "params", s->params, s->w + s->lo, s->lo, s->hi);
+  const FmDistState *d = &s->dist;
   const char *kill = getenv("FMHPC_CKPT_TEST_KILL_AT");
-  if (rw == 'w' && kill && atoll(kill) == s->step && h->comm->rank == h->comm->size - 1) {
-    fprintf(stderr, "FMHPC_CKPT_TEST_KILL_AT=%s: rank %d kills itself mid-write of %s\n", kill, h->comm->rank,
-            h->path);
-    fflush(stderr);
-    raise(SIGKILL);
+  for (int i = 0; i < d->n && !rc; i++) {
+    const FmDistEntry *e = &d->e[i];
+    if (e->layout == FM_DIST_FLAT_SHARD) rc = array_io(h, rw, e->name, d->params, e->data, d->lo, d->hi);
+    else rc = small_io(h, rw, e->name, e->data, e->n, e->layout == FM_DIST_WHOLE_F64);
+    if (i == 0 && rw == 'w' && kill && atoll(kill) == s->step && h->comm->rank == h->comm->size - 1) {
+      fprintf(stderr, "FMHPC_CKPT_TEST_KILL_AT=%s: rank %d kills itself mid-write of %s\n", kill, h->comm->rank,
+              h->path);
+      fflush(stderr);
+      raise(SIGKILL);
+    }
   }
-  for (int i = 0; i < s->nstate && !rc; i++) {
-    char group[64];
-    const char *dot = strchr(s->state_names[i], '.');
-    snprintf(group, sizeof group, "optim/%s", dot ? dot + 1 : s->state_names[i]);
-    rc = array_io(h, rw, group, s->params, s->state[i], s->lo, s->hi);
-  }
-  if (!rc) rc = small_io(h, rw, "reduce/amax_prev", s->amax_prev, s->nblocks, 0);
-  if (!rc && s->spike->window > 0) rc = small_io(h, rw, "spike/losses", s->spike->buf, s->spike->window, 1);
   return rc;
 }
 
@@ -631,8 +635,12 @@ static int prepare_dir(const char *dir, const FmCkptState *s, char *why) {
     snprintf(why, WHY, "%s: cannot create the checkpoint directory: %s (&ckpt dir)", dir, strerror(errno));
     return FM_EIO;
   }
-  const double need = (double)s->params->numel * 4.0 * (1 + s->nstate) + (double)s->nblocks * 4.0 +
-                      (double)s->spike->window * 8.0 + 1048576.0;
+  double need = 1048576.0;
+  for (int i = 0; i < s->dist.n; i++) {
+    const FmDistEntry *e = &s->dist.e[i];
+    need += e->layout == FM_DIST_FLAT_SHARD ? (double)s->dist.params->numel * 4.0
+                                            : (double)e->n * (e->layout == FM_DIST_WHOLE_F64 ? 8.0 : 4.0);
+  }
   struct statvfs v;
   if (!getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") && statvfs(dir, &v) == 0) {
     const double avail = (double)v.f_bavail * (double)v.f_frsize;

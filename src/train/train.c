@@ -21,6 +21,7 @@
 
 #include "fmhpc/ckpt.h"
 #include "fmhpc/data.h"
+#include "fmhpc/dist.h"
 #include "fmhpc/eval.h"
 #include "fmhpc/hash.h"
 #include "fmhpc/interop.h"
@@ -28,7 +29,6 @@
 #include "fmhpc/metrics.h"
 #include "fmhpc/model.h"
 #include "fmhpc/optim.h"
-#include "fmhpc/reduce.h"
 #include "fmhpc/rng.h"
 #include "fmhpc/train.h"
 
@@ -452,28 +452,15 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
 
 /* ---- checkpoints -------------------------------------------------------- */
 
-/* The run's state as the checkpoint module sees it (pointers into Run). */
+/* The run's state as the checkpoint module sees it: dist's table of the
+ * sharded arrays (pointers into Run) and the scalars. */
 static FmCkptState ckpt_state(Run *r, int64_t step) {
-  const FmTensorTable *st = fm_optim_state_table(r->opt);
-  FmCkptState s = {.params = fm_model_params(r->model),
-                   .w = fm_model_param_arena(r->model),
-                   .lo = fm_reduce_lo(&r->red),
-                   .hi = fm_reduce_hi(&r->red),
-                   .nstate = st->n,
-                   .state_names = fm_optim_state_names(r->opt),
-                   .state = r->gfull ? r->state_shard : fm_optim_state_arrays(r->opt), /* zero = 0: shards */
-                   .amax_prev = r->red.amax_prev,
-                   .nblocks = r->red.nblocks,
-                   .spike = &r->spike,
-                   .step = step,
-                   .skipped = r->skipped,
-                   .redone = r->red.redone,
+  FmCkptState s = {.spike = &r->spike, .step = step, .skipped = r->skipped, .redone = r->red.redone,
                    .samples = fm_sampler_samples_at(&r->sampler, step), /* B may have changed on a resume */
-                   .seed = r->c->run.seed,
-                   .optim_name = fm_optim_params(r->opt)->kind->name,
-                   .model_name = r->kind->name,
-                   .deck_text = r->deck_text,
-                   .run_name = r->c->run.name};
+                   .seed = r->c->run.seed, .optim_name = fm_optim_params(r->opt)->kind->name,
+                   .model_name = r->kind->name, .deck_text = r->deck_text, .run_name = r->c->run.name};
+  fm_dist_state_of_run(&s.dist, fm_model_params(r->model), fm_model_param_arena(r->model), &r->red, r->opt,
+                       r->gfull ? r->state_shard : NULL /* zero = 0: the shards of replicated state */, &r->spike);
   snprintf(s.run_id, sizeof s.run_id, "%s", r->run_id);
   return s;
 }

@@ -28,8 +28,8 @@
 #include <string.h>
 
 #include "fm_test.h"
+#include "fmhpc/dist.h"
 #include "fmhpc/optim.h"
-#include "fmhpc/reduce.h"
 #include "fmhpc/tensor.h"
 
 #ifdef FMHPC_HAVE_CUDA
@@ -780,7 +780,7 @@ FM_TEST(xent_vs_cpu) {
 FM_TEST(quant_add_vs_reduce_add) {
   const FmBackend *g = cuda_or_skip();
 #ifdef FMHPC_HAVE_CUDA
-  const int64_t n = 40 * FM_CLIP_BLOCK + 777;
+  const int64_t n = 40 * FM_DIST_BLOCK + 777;
   FmComm comm;
   memset(&comm, 0, sizeof comm);
   comm.size = 3;
@@ -797,13 +797,13 @@ FM_TEST(quant_add_vs_reduce_add) {
   for (int mb = 0; mb < 2; mb++) {
     for (int64_t i = 0; i < n; i++) grad[i] = (float)(rng_uniform(-1, 1) * pow(2.0, rng_uniform(-30, 0)));
     if (mb == 1) {
-      grad[7 * FM_CLIP_BLOCK + 5] = 1e5f;
-      grad[30 * FM_CLIP_BLOCK + 9] = NAN;
+      grad[7 * FM_DIST_BLOCK + 5] = 1e5f;
+      grad[30 * FM_DIST_BLOCK + 9] = NAN;
     }
     fm_reduce_add(&r, grad);
     g->copy_to_device(d_grad, grad, n * 4);
     for (int k = 0; k < r.P; k++)
-      fm_cuda_quant_add(d_acc + (int64_t)k * r.S, d_amax, d_flags, d_grad, d_exp, r.lo[k], r.hi[k], FM_CLIP_BLOCK,
+      fm_cuda_quant_add(d_acc + (int64_t)k * r.S, d_amax, d_flags, d_grad, d_exp, r.lo[k], r.hi[k], FM_DIST_BLOCK,
                         r.limit);
   }
   int64_t *acc = from_device(g, d_acc, r.P * r.S * 8);

@@ -59,7 +59,8 @@ HEADERS = {
     "ckpt.h": "ckpt",
     "interop.h": "interop",
     "eval.h": "eval", "generate.h": "eval",
-    "train.h": "train", "reduce.h": "train",
+    "train.h": "train",
+    "dist.h": "dist",
 }
 
 # System headers only some places may include: (regex, allowed path prefixes).

@@ -29,8 +29,6 @@ typedef struct Fix {
   FmSpike spike;
   FmCkptState s;
   float *w, *m, *v, *amax;
-  const char *names[2];
-  float *arrays[2];
 } Fix;
 
 static float wval(int64_t i, int64_t step) { return (float)i * 0.5f + (float)step; }
@@ -39,9 +37,9 @@ static float wval(int64_t i, int64_t step) { return (float)i * 0.5f + (float)ste
 static void fix_init(Fix *f, int P, int rank, int64_t step, int fill) {
   memset(f, 0, sizeof *f);
   make_table(&f->tab);
-  const int64_t n = f->tab.numel, nb = (n + FM_CKPT_BLOCK - 1) / FM_CKPT_BLOCK;
+  const int64_t n = f->tab.numel, nb = (n + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
   int64_t lo, hi;
-  fm_zero_range(n, FM_CKPT_BLOCK, P, rank, &lo, &hi);
+  fm_zero_range(n, FM_DIST_BLOCK, P, rank, &lo, &hi);
   f->w = fm_xcalloc((size_t)n, sizeof *f->w);
   f->m = fm_xcalloc((size_t)(hi - lo + 1), sizeof *f->m);
   f->v = fm_xcalloc((size_t)(hi - lo + 1), sizeof *f->v);
@@ -54,26 +52,15 @@ static void fix_init(Fix *f, int P, int rank, int64_t step, int fill) {
     for (int k = 0; k < WINDOW; k++) f->spike.buf[k] = 1.0 / (k + 1);
     f->spike.count = 7, f->spike.head = 2, f->spike.skipped = 1, f->spike.consecutive = 0;
   }
-  f->names[0] = "optim.m", f->names[1] = "optim.v";
-  f->arrays[0] = f->m, f->arrays[1] = f->v;
-  f->s = (FmCkptState){.params = &f->tab,
-                       .w = f->w,
-                       .lo = lo,
-                       .hi = hi,
-                       .nstate = 2,
-                       .state_names = f->names,
-                       .state = f->arrays,
-                       .amax_prev = f->amax,
-                       .nblocks = nb,
-                       .spike = &f->spike,
-                       .step = step,
-                       .skipped = fill ? 4 : 0,
-                       .redone = fill ? 2 : 0,
-                       .samples = step * 12,
-                       .seed = 1234,
-                       .optim_name = "adamw",
-                       .model_name = "test",
+  f->s = (FmCkptState){.spike = &f->spike, .step = step, .skipped = fill ? 4 : 0, .redone = fill ? 2 : 0,
+                       .samples = step * 12, .seed = 1234, .optim_name = "adamw", .model_name = "test",
                        .deck_text = "&run task = 'train' /\n"};
+  fm_dist_state_init(&f->s.dist, &f->tab, lo, hi); /* the layout dist's table gives a training run */
+  fm_dist_state_add(&f->s.dist, "params", FM_DIST_FLAT_SHARD, f->w + lo, 0);
+  fm_dist_state_add(&f->s.dist, "optim/m", FM_DIST_FLAT_SHARD, f->m, 0);
+  fm_dist_state_add(&f->s.dist, "optim/v", FM_DIST_FLAT_SHARD, f->v, 0);
+  fm_dist_state_add(&f->s.dist, "reduce/amax_prev", FM_DIST_WHOLE_F32, f->amax, nb);
+  fm_dist_state_add(&f->s.dist, "spike/losses", FM_DIST_WHOLE_F64, f->spike.buf, WINDOW);
 }
 
 static void fix_free(Fix *f) {
@@ -88,11 +75,11 @@ static void fix_free(Fix *f) {
 /* Every value this rank loaded equals what the writer held. */
 static int fix_check(const Fix *f, int64_t step) {
   int bad = 0;
-  for (int64_t i = f->s.lo; i < f->s.hi; i++) {
+  for (int64_t i = f->s.dist.lo; i < f->s.dist.hi; i++) {
     bad += f->w[i] != wval(i, step);
-    bad += f->m[i - f->s.lo] != -(float)i || f->v[i - f->s.lo] != (float)i * 0.25f;
+    bad += f->m[i - f->s.dist.lo] != -(float)i || f->v[i - f->s.dist.lo] != (float)i * 0.25f;
   }
-  for (int64_t b = 0; b < f->s.nblocks; b++) bad += f->amax[b] != (float)(b + 1) / 3.0f;
+  for (int64_t b = 0; b < f->s.dist.e[3].n; b++) bad += f->amax[b] != (float)(b + 1) / 3.0f;
   for (int k = 0; k < WINDOW; k++) bad += f->spike.buf[k] != 1.0 / (k + 1);
   bad += f->s.step != step || f->s.skipped != 4 || f->s.redone != 2 || f->s.samples != step * 12;
   bad += f->spike.count != 7 || f->spike.head != 2 || f->spike.skipped != 1;

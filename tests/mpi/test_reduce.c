@@ -13,8 +13,7 @@
 #include <math.h>
 
 #include "fm_test.h"
-#include "fmhpc/optim.h"
-#include "fmhpc/reduce.h"
+#include "fmhpc/dist.h"
 #include "fmhpc/rng.h"
 
 enum { NPARAM = 3 * 65536 + 1234, M = 12 }; /* 4 scale blocks; M divisible by 1..4 */
@@ -154,8 +153,8 @@ FM_TEST(norm_and_allgather_match_serial) {
     full[i] = (float)s;
   }
   double blocks[8];
-  FM_REQUIRE(fm_clip_block_sumsq(full, 0, NPARAM, FM_CLIP_BLOCK, blocks) == 0);
-  const double want = fm_clip_norm(blocks, fm_clip_nblocks(0, NPARAM, FM_CLIP_BLOCK));
+  FM_REQUIRE(fm_clip_block_sumsq(full, 0, NPARAM, FM_DIST_BLOCK, blocks) == 0);
+  const double want = fm_clip_norm(blocks, fm_clip_nblocks(0, NPARAM, FM_DIST_BLOCK));
   const double got = fm_reduce_grad_norm(&red, shard);
   FM_EXPECT(memcmp(&want, &got, sizeof want) == 0);
   /* All-gather: each rank writes its shard into w; every rank ends with all. */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "fm_test.h"
-#include "fmhpc/optim.h"
+#include "fmhpc/dist.h"
 
 /* The norm as the train loop computes it over `ranks` shards. */
 static double sharded_norm(const float *g, int64_t n, int64_t block, int ranks) {
@@ -27,7 +27,7 @@ static double sharded_norm(const float *g, int64_t n, int64_t block, int ranks) 
 }
 
 FM_TEST(norm_bitwise_across_ranks_and_threads) {
-  const int64_t n = 3 * FM_CLIP_BLOCK + 12345;
+  const int64_t n = 3 * FM_DIST_BLOCK + 12345;
   float *g = malloc(sizeof(float) * (size_t)n);
   uint32_t x = 2463534242u;
   long double ref = 0.0L;
@@ -37,11 +37,11 @@ FM_TEST(norm_bitwise_across_ranks_and_threads) {
     ref += (long double)g[i] * g[i];
   }
   omp_set_num_threads(1);
-  const double one = sharded_norm(g, n, FM_CLIP_BLOCK, 1);
+  const double one = sharded_norm(g, n, FM_DIST_BLOCK, 1);
   FM_EXPECT_NEAR(one, sqrtl(ref), 1e-14, 0);
   omp_set_num_threads(4);
   for (int ranks = 1; ranks <= 4; ranks++) {
-    const double got = sharded_norm(g, n, FM_CLIP_BLOCK, ranks);
+    const double got = sharded_norm(g, n, FM_DIST_BLOCK, ranks);
     FM_EXPECT(memcmp(&got, &one, sizeof got) == 0);
   }
   /* Small blocks: many shards, uneven, some ranks empty. */

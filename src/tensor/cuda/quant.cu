@@ -1,7 +1,7 @@
 /* cuda/quant.cu: the exact gradient reduction's quantisation on the device:
  * one micro-batch gradient added into the int64 fixed-point accumulator, the
- * twin of add_block/fm_reduce_add in src/train/reduce.c (see reduce.h for the
- * scheme). Per scale block of `block` elements (FM_CLIP_BLOCK) (one CUDA block each):
+ * twin of add_block/fm_reduce_add in src/dist/reduce.c (see dist.h for the
+ * scheme). Per scale block of `block` elements (FM_DIST_BLOCK) (one CUDA block each):
  * the block's max |g| (and NaN/Inf), then, when no value is NaN/Inf and
  * amax * 2^s <= limit, every element rounded to the nearest integer of
  * g * 2^s, ties to even, and added. The CPU rounds with the 1.5*2^52 trick,
@@ -60,7 +60,7 @@ static __global__ void fm__quant_add_kernel(int64_t *acc, float *amax, int32_t *
 }
 
 /* acc[i - lo] += round(grad[i] * 2^exp2[i / block]) for i in [lo, hi)
- * (block = FM_CLIP_BLOCK; lo on a block boundary: a ZeRO shard), amax[b] = max(amax[b], max |g|) per
+ * (block = FM_DIST_BLOCK; lo on a block boundary: a ZeRO shard), amax[b] = max(amax[b], max |g|) per
  * block, flags[0] |= overflow (a block past limit: not added), flags[1] |=
  * NaN/Inf (that block not added). fm_reduce_add does this for each rank's
  * shard r with acc + r*S. Device pointers; no host sync. */

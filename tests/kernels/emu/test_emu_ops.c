@@ -28,8 +28,8 @@
 
 #include "emu/simt.h"
 #include "fm_test.h"
+#include "fmhpc/dist.h"
 #include "fmhpc/optim.h"
-#include "fmhpc/reduce.h"
 #include "fmhpc/tensor.h"
 
 /* ---- the emulated ops: fm_simt_<op> for every op ops.def marks `cuda` ---------- */
@@ -570,12 +570,12 @@ FM_TEST(embedding_fwd_bwd_bitwise) {
 }
 
 /* ---- exact gradient reduction: quantise + add ------------------------------------ */
-/* Against fm_reduce_add itself (src/train/reduce.c: add_block), with P = 1 and
+/* Against fm_reduce_add itself (src/dist/reduce.c: add_block), with P = 1 and
  * P = 3 shards (its padded layout), over two micro-batches; one block holds a
  * value past the limit (overflow) and one a NaN (nonfinite). fm_reduce_add
  * only reads the communicator's rank and size. */
 FM_TEST(quant_add_vs_reduce_add) {
-  const int64_t n = 5 * FM_CLIP_BLOCK + 777;
+  const int64_t n = 5 * FM_DIST_BLOCK + 777;
   for (int P = 1; P <= 3; P += 2) {
     FmComm comm;
     memset(&comm, 0, sizeof comm);
@@ -597,14 +597,14 @@ FM_TEST(quant_add_vs_reduce_add) {
       for (int64_t i = 0; i < n; i++) grad[i] = (float)(uniform(-1, 1) * pow(2.0, uniform(-30, 0)));
       for (int64_t i = 0; i < n; i += 4099) grad[i] = (float)(uniform(-0.5, 0.5) * 0x1p-24) + 0x1p-40f; /* ties */
       if (mb == 1) {
-        grad[2 * FM_CLIP_BLOCK + 5] = 1e5f; /* past 16x headroom of amax_prev = 1: overflow */
-        grad[4 * FM_CLIP_BLOCK + 9] = NAN;
+        grad[2 * FM_DIST_BLOCK + 5] = 1e5f; /* past 16x headroom of amax_prev = 1: overflow */
+        grad[4 * FM_DIST_BLOCK + 9] = NAN;
       }
       fm_reduce_add(&g, grad);
       for (int s = 0; s < NSCHED; s++) {
         schedule(s);
         for (int r = 0; r < g.P; r++)
-          fm_simt_quant_add(acc[s] + (int64_t)r * g.S, amax[s], flags[s], grad, g.exp2, g.lo[r], g.hi[r], FM_CLIP_BLOCK,
+          fm_simt_quant_add(acc[s] + (int64_t)r * g.S, amax[s], flags[s], grad, g.exp2, g.lo[r], g.hi[r], FM_DIST_BLOCK,
                             g.limit);
       }
     }

@@ -1,15 +1,13 @@
 /* reduce.c: exact (int64 fixed point) and fast (fp32) data-parallel gradient
  * reduction onto ZeRO-1 shards, the parameter all-gather, and the global
- * gradient norm. See reduce.h for the scheme and why it gives the same bits
+ * gradient norm. See dist.h for the scheme and why it gives the same bits
  * for any number of data-parallel ranks. */
-#include "fmhpc/reduce.h"
+#include "fmhpc/dist.h"
 
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "fmhpc/optim.h"
 
 /* A block's largest gradient may grow 4096x between steps before the step is
  * redone. Embedding rows make this necessary: which tokens a step holds
@@ -29,11 +27,11 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   g->lo = fm_xcalloc((size_t)g->P, sizeof *g->lo);
   g->hi = fm_xcalloc((size_t)g->P, sizeof *g->hi);
   for (int r = 0; r < g->P; r++) {
-    fm_zero_range(n, FM_CLIP_BLOCK, g->P, r, &g->lo[r], &g->hi[r]);
+    fm_zero_range(n, FM_DIST_BLOCK, g->P, r, &g->lo[r], &g->hi[r]);
     if (g->hi[r] - g->lo[r] > g->S) g->S = g->hi[r] - g->lo[r];
   }
   if (g->S == 0) g->S = 1;
-  g->nblocks = (n + FM_CLIP_BLOCK - 1) / FM_CLIP_BLOCK;
+  g->nblocks = (n + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
   g->exp2 = fm_xcalloc((size_t)g->nblocks, sizeof *g->exp2);
   g->amax = fm_xcalloc((size_t)g->nblocks, sizeof *g->amax);
   g->amax_prev = fm_xcalloc((size_t)g->nblocks, sizeof *g->amax_prev);
@@ -57,7 +55,7 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   /* The grad norm's buffers: each rank's blocks, at most ceil(nblocks/P)+1.
    * Sized here so that no step allocates (STYLE rule 8). */
   for (int r = 0; r < g->P; r++) {
-    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
+    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_DIST_BLOCK);
     if (nb > g->norm_nb) g->norm_nb = nb;
   }
   if (g->norm_nb == 0) g->norm_nb = 1;
@@ -154,10 +152,10 @@ void fm_reduce_add(FmReduce *g, const float *grad) {
   int64_t first = INT64_MAX;
   for (int r = 0; r < g->P; r++) {
     const int64_t lo = g->lo[r], hi = g->hi[r];
-    const int64_t b0 = lo / FM_CLIP_BLOCK, b1 = (hi + FM_CLIP_BLOCK - 1) / FM_CLIP_BLOCK;
+    const int64_t b0 = lo / FM_DIST_BLOCK, b1 = (hi + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
 #pragma omp parallel for schedule(static) reduction(| : overflow) reduction(min : first)
     for (int64_t b = b0; b < b1; b++) {
-      const int64_t i0 = b * FM_CLIP_BLOCK, i1 = i0 + FM_CLIP_BLOCK < hi ? i0 + FM_CLIP_BLOCK : hi;
+      const int64_t i0 = b * FM_DIST_BLOCK, i1 = i0 + FM_DIST_BLOCK < hi ? i0 + FM_DIST_BLOCK : hi;
       int32_t of = 0;
       int64_t bad = -1;
       float a = add_block(g->acc + (int64_t)r * g->S + (i0 - lo), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
@@ -222,9 +220,9 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     return 1;
   }
   FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
-  for (int64_t i0 = 0; i0 < len; i0 += FM_CLIP_BLOCK) { /* shards start on block boundaries */
-    const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_CLIP_BLOCK]);
-    const int64_t i1 = i0 + FM_CLIP_BLOCK < len ? i0 + FM_CLIP_BLOCK : len;
+  for (int64_t i0 = 0; i0 < len; i0 += FM_DIST_BLOCK) { /* shards start on block boundaries */
+    const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_DIST_BLOCK]);
+    const int64_t i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
     for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)g->acc_shard[i] * inv);
   }
   return 0;
@@ -246,11 +244,11 @@ int fm_reduce_allgather(FmReduce *g, float *w) {
 double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
   const int64_t maxb = g->norm_nb;
   double *mine = g->norm_mine, *all = g->norm_all, *ordered = g->norm_ordered;
-  FM_CHECK(fm_clip_block_sumsq(shard, fm_reduce_lo(g), fm_reduce_hi(g), FM_CLIP_BLOCK, mine));
+  FM_CHECK(fm_clip_block_sumsq(shard, fm_reduce_lo(g), fm_reduce_hi(g), FM_DIST_BLOCK, mine));
   FM_CHECK(fm_comm_allgather(g->comm, mine, all, maxb, FM_DT_F64));
   int64_t k = 0;
   for (int r = 0; r < g->P; r++) {
-    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_CLIP_BLOCK);
+    int64_t nb = fm_clip_nblocks(g->lo[r], g->hi[r], FM_DIST_BLOCK);
     for (int64_t j = 0; j < nb; j++) ordered[k++] = all[(int64_t)r * maxb + j];
   }
   return fm_clip_norm(ordered, k);

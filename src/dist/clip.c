@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "fmhpc/core.h"
-#include "fmhpc/optim.h"
+#include "fmhpc/dist.h"
 
 int64_t fm_clip_nblocks(int64_t lo, int64_t hi, int64_t block) { return hi > lo ? (hi - lo + block - 1) / block : 0; }
 

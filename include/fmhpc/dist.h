@@ -1,0 +1,168 @@
+/* dist.h: the one owner of sharded state (src/dist/, DESIGN section 2): the
+ * block size every shard boundary is cut at, the ZeRO-1 shard map, the exact
+ * data-parallel gradient reduction, the global gradient norm in a
+ * rank-independent block order, the clip factor, the parameter all-gather,
+ * and the table of sharded state (parameters, optimizer moments, reduce
+ * scales, spike window) that checkpoints walk (ckpt.c).
+ *
+ * Layout today: the flat parameter vector (the model's tensor table) is
+ * replicated over tensor-parallel ranks (tp = 1 only) and its optimizer state
+ * is split over data-parallel ranks in whole FM_DIST_BLOCK blocks
+ * (fm_zero_range).
+ *
+ * Exact mode (reduce.c) (DESIGN section 6): each micro-batch gradient is added into an
+ * int64 fixed-point accumulator, q = round(g * 2^s[blk]) with one power-of-two
+ * scale per block of FM_DIST_BLOCK elements. Integer sums are exact and
+ * associative, so the accumulated value does not depend on which rank added
+ * which micro-batch, nor on the order the collective adds ranks: the same bits
+ * for any data-parallel rank count. The int64 sums are reduce-scattered to the
+ * ZeRO-1 shard owners and converted to fp32 once.
+ *
+ * Scales: s[blk] comes from the previous step's exact block maximum of |g|
+ * (a max is exact under any reduction order) with 4096x headroom, and leaves
+ * room for the sum of all M micro-batches in 62 bits. A value that does not
+ * fit sets an overflow flag; the flag and the maxima are reduced over ranks,
+ * identically everywhere, and the step is computed again with scales from
+ * this step's maxima. Precision: about min(51, 62 - log2 M) - 13 bits below
+ * the block's largest value, more than fp32 carries.
+ *
+ * Fast mode: fp32 gradients summed by the model over micro-batches and
+ * reduce-scattered as floats: the order the collective adds them changes the
+ * bits between rank counts (kept to measure what exact mode buys).
+ *
+ * The flat parameter vector is split by fm_zero_range in whole blocks; the
+ * collectives move a padded layout where rank r's shard sits at r*S. */
+#ifndef FMHPC_DIST_H
+#define FMHPC_DIST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fmhpc/optim.h"
+#include "fmhpc/runtime.h"
+#include "fmhpc/tensor.h"
+
+/* The one block size: ZeRO-1 shards, the exact reduction's scales, the
+ * global norm's partial sums and the checkpoint checksums are all cut at
+ * multiples of it. Its boundaries depend only on the element index, never on
+ * the rank count (DESIGN section 5). */
+#define FM_DIST_BLOCK ((int64_t)1 << 16)
+
+/* ---- ZeRO-1 shard map (zero.c) ------------------------------------------ */
+/* Rank r of P owns [lo, hi): the n elements cut into `align`-element blocks
+ * (the last may be short) and the blocks dealt out contiguously, rank r
+ * getting blocks [floor(r*nb/P), floor((r+1)*nb/P)). Boundaries are
+ * multiples of align (or n), so global-norm blocks never straddle ranks. */
+void fm_zero_range(int64_t n, int64_t align, int nranks, int rank, int64_t *lo, int64_t *hi);
+
+/* ---- global-norm clipping (clip.c) -------------------------------------- */
+/* Number of blocks of `block` elements that [lo, hi) covers (lo a multiple of
+ * block; hi a multiple of block or the end of the vector). */
+int64_t fm_clip_nblocks(int64_t lo, int64_t hi, int64_t block);
+/* out_blocks[j] = sum of g[i]^2 over block j of the shard, in double, in
+ * element order; g points at element lo. FM_EINVAL unless lo is a multiple of
+ * block. Each block is one thread's sequential sum: same bits for any thread
+ * count. The train loop all-gathers the block sums (exactly: they are copied,
+ * not added) and calls fm_clip_norm over all blocks in global order. */
+int fm_clip_block_sumsq(const float *g, int64_t lo, int64_t hi, int64_t block, double *out_blocks);
+/* sqrt of the sum of the block sums, added in block order. */
+double fm_clip_norm(const double *block_sumsq, int64_t nblocks);
+/* The factor to multiply gradients by, as torch.nn.utils.clip_grad_norm_:
+ * min(1, max_norm / (norm + 1e-6)); max_norm <= 0 disables (1). A non-finite
+ * norm gives NaN: the caller skips that step. */
+double fm_clip_scale(double norm, double max_norm);
+
+/* ---- exact data-parallel reduction (reduce.c) ---------------------------- */
+typedef struct FmReduce {
+  bool exact;
+  int P, r;               /* data-parallel size and rank */
+  int64_t n;              /* parameters */
+  int64_t M;              /* micro-batches per step (all ranks) */
+  int64_t S;              /* padded shard length: max over ranks */
+  int64_t *lo, *hi;       /* (P) each rank's shard [lo, hi) */
+  int64_t nblocks;        /* scale blocks over the whole vector */
+  int32_t *exp2;          /* (nblocks) scale exponent s of this step */
+  float *amax;            /* (nblocks) max |g| over this step's micro-batches */
+  float *amax_prev;       /* (nblocks) the previous step's, reduced over ranks */
+  int64_t *acc;           /* (P*S) int64 accumulator, padded layout (exact) */
+  int64_t *acc_shard;     /* (S) reduce-scatter result (exact) */
+  FmRing *ring;           /* the int64 reduce-scatter's pipeline (exact) */
+  float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode, all-gather) */
+  int64_t norm_nb;        /* most norm blocks any rank's shard touches */
+  double *norm_mine;      /* (norm_nb) this rank's block sums of squares */
+  double *norm_all;       /* (P*norm_nb) every rank's, gathered */
+  double *norm_ordered;   /* (nblocks+1) the same in block order */
+  int64_t limit;          /* largest |q| one micro-batch may add */
+  int32_t overflow;       /* this rank saw a value beyond limit */
+  int32_t nonfinite;      /* this rank saw NaN or Inf */
+  int64_t first_bad;      /* after a non-finite finish: the first NaN/Inf element (any rank), else -1 */
+  int64_t redone;         /* steps computed again after an overflow */
+  FmComm *comm;
+} FmReduce;
+
+int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
+void fm_reduce_free(FmReduce *g);
+/* This rank's shard. */
+static inline int64_t fm_reduce_lo(const FmReduce *g) { return g->lo[g->r]; }
+static inline int64_t fm_reduce_hi(const FmReduce *g) { return g->hi[g->r]; }
+
+/* Start a step (or its redo): scales from amax_prev, accumulator zeroed. */
+void fm_reduce_begin(FmReduce *g);
+/* Exact mode: add one micro-batch gradient (n floats, host). */
+void fm_reduce_add(FmReduce *g, const float *grad);
+/* Finish: reduce over ranks and write this rank's shard of the summed
+ * gradient (hi - lo floats) to shard_out. Fast mode reads the model's
+ * accumulated fp32 gradient from `grad`. Returns 1 when the step must be
+ * computed again (overflow seen on some rank; scales are widened), else 0.
+ * *nonfinite tells whether any rank saw NaN/Inf; then first_bad names the
+ * first such element, the shard is not written, no redo is asked for and the
+ * scales stay those of the last finite step (an Inf must not become one). */
+int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite);
+/* After the optimizer updated this rank's shard of w (in place in the full
+ * vector w), gather every shard so all ranks hold the whole vector. */
+int fm_reduce_allgather(FmReduce *g, float *w);
+/* Global gradient norm over the shards, in blocks whose boundaries do not
+ * depend on P (fm_clip_block_sumsq on each shard, gathered exactly). */
+double fm_reduce_grad_norm(FmReduce *g, const float *shard);
+
+/* ---- the table of sharded state (state.c) --------------------------------- */
+/* Every array a run must save to continue bit for bit, with its layout, in
+ * the order a checkpoint stores it. The checkpoint code walks this table and
+ * knows nothing of the modules the arrays belong to. */
+typedef enum FmDistLayout {
+  FM_DIST_FLAT_SHARD, /* f32 over the flat parameter vector (named and shaped by `params`); this rank
+                         holds [lo, hi) and data points at element lo */
+  FM_DIST_WHOLE_F32,  /* n f32 values every rank holds whole (the same on all) */
+  FM_DIST_WHOLE_F64   /* n f64 values every rank holds whole */
+} FmDistLayout;
+
+enum { FM_DIST_MAX_STATE = 8 };
+
+typedef struct FmDistEntry {
+  char name[64]; /* the checkpoint group or dataset: "params", "optim/m", "reduce/amax_prev", "spike/losses" */
+  FmDistLayout layout;
+  void *data;
+  int64_t n; /* elements (whole layouts); hi - lo for a flat shard */
+} FmDistEntry;
+
+typedef struct FmDistState {
+  const FmTensorTable *params; /* canonical tensor names and shapes of the flat vector */
+  int64_t lo, hi;              /* this rank's ZeRO-1 shard: multiples of FM_DIST_BLOCK (or numel) */
+  int n;
+  FmDistEntry e[FM_DIST_MAX_STATE];
+} FmDistState;
+
+void fm_dist_state_init(FmDistState *t, const FmTensorTable *params, int64_t lo, int64_t hi);
+/* Append one array (aborts past FM_DIST_MAX_STATE: a programming error). */
+void fm_dist_state_add(FmDistState *t, const char *name, FmDistLayout layout, void *data, int64_t n);
+/* The entry named `name`, or NULL. */
+const FmDistEntry *fm_dist_state_find(const FmDistState *t, const char *name);
+/* A training run's table: "params" (w, the whole flat vector: the shard
+ * [lo, hi) is saved, a load fills it and the caller all-gathers), one
+ * "optim/<s>" per optimizer state array (the optimizer's, or `state` when
+ * not NULL: the shards of replicated state under &parallel zero = 0), "reduce/amax_prev" (the exact
+ * reduction's block maxima) and "spike/losses" when the spike window is on. */
+void fm_dist_state_of_run(FmDistState *t, const FmTensorTable *params, float *w, const FmReduce *red, FmOptim *opt,
+                          float *const *state, FmSpike *spike);
+
+#endif

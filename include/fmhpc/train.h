@@ -32,10 +32,11 @@ typedef struct FmPlan {
   double flops_per_token, flops_per_step;
 } FmPlan;
 
-/* task='train': the step loop over the data-parallel communicator (tp = 1).
+/* task='train': builds the mesh over the world (dp x tp, tp innermost) and
+ * runs the step loop over its dp communicator (tp = 1 in this version).
  * Rank 0 logs to `log`; returns 0 or the same FM_E* on every rank. */
 #include "fmhpc/runtime.h"
-int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log);
+int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log);
 
 /* Resume compatibility (compat.c): compare the deck `stored` in checkpoint
  * `ckpt` with `now`. Keys that change the model's meaning (arch, widths, head

@@ -23,6 +23,21 @@ static int plan_layout(FmPlan *p, const FmDeck *deck, int world_size, FILE *err)
     fm_deck_error(deck, err, FM_KEY_parallel_tp, "must divide the number of ranks (%d)", world_size);
     return FM_EDECK;
   }
+  if (p->dims.NKV % p->tp != 0) { /* Megatron's QKV split: a tp rank owns whole KV heads and their query heads */
+    char valid[128] = "";
+    size_t used = 0;
+    for (int64_t d = 1; d <= p->dims.NKV && used < sizeof valid; d++)
+      if (p->dims.NKV % d == 0) {
+        const int w = snprintf(valid + used, sizeof valid - used, "%s%lld", used ? ", " : "", (long long)d);
+        if (w < 0) break;
+        used += (size_t)w;
+      }
+    fm_deck_error(deck, err, FM_KEY_parallel_tp,
+                  "must divide the model's %lld key/value heads (each tp rank owns whole KV heads): "
+                  "valid tp values are %s",
+                  (long long)p->dims.NKV, valid);
+    return FM_EDECK;
+  }
   p->dp = world_size / p->tp;
   p->micro_batches = c->train.global_batch / c->train.micro_batch;
   if (p->micro_batches % p->dp != 0) {

@@ -300,10 +300,6 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->c = &deck->c;
   r->dp = dp;
   const FmConfig *c = r->c;
-  if (c->parallel.tp != 1) {
-    fm_deck_error(deck, err, FM_KEY_parallel_tp, "tensor parallelism is not implemented in this version: use 1");
-    return FM_EDECK;
-  }
   if (c->train.threads > 0) omp_set_num_threads((int)c->train.threads);
   int status = 0;
   r->be = fm_backend_get(c->train.backend, &status);
@@ -552,7 +548,8 @@ static void say_setup_errors(FmComm *dp, int rc, const char *mine) {
   free(said0);
 }
 
-int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
+/* The run on its data-parallel communicator (the mesh's dp_comm). */
+static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
   Run r;
   FILE *err = dp->rank == 0 ? stderr : NULL;
   FmStr said;
@@ -671,5 +668,22 @@ int fm_train_run(const FmDeck *deck, FmComm *dp, FILE *log) {
   fm_log0("wrote %s/metrics.jsonl, summary.json, final/ (HF safetensors)", c->run.out_dir);
   fm_metrics_close(r.metrics);
   teardown(&r);
+  return rc;
+}
+
+/* world = dp x tp with tp innermost (runtime/mesh.c): every collective of the
+ * loop runs over this rank's dp communicator. At tp = 1 it holds the world's
+ * ranks in the world's order, so the bits are those of a run over the world. */
+int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log) {
+  if (deck->c.parallel.tp != 1) {
+    fm_deck_error(deck, world->rank == 0 ? stderr : NULL, FM_KEY_parallel_tp,
+                  "tensor parallelism is not implemented in this version: use 1");
+    return FM_EDECK;
+  }
+  FmMesh mesh;
+  int rc = fm_mesh_create(&mesh, (int)deck->c.parallel.tp, 0); /* training runs on the CPU backend */
+  if (rc) return rc;
+  rc = train_on_dp(deck, mesh.dp_comm, log);
+  fm_mesh_destroy(&mesh);
   return rc;
 }

@@ -89,6 +89,16 @@ FmRing *fm_comm_ring_create(FmComm *c, int64_t n);
 int fm_comm_ring_reduce_scatter_i64(FmRing *ring, const int64_t *send, int64_t *recv);
 void fm_comm_ring_free(FmRing *ring);
 
+/* Deterministic sum of n floats (host buffers) over the communicator's
+ * ranks, in place (ordered.c): every rank gets ((x_0 + x_1) + x_2) + ...
+ * added in rank order by this code after an all-gather, never by the
+ * library's float reduction, so a fixed rank count gives the same bits on
+ * every rank and run to run (tp = 2: one addition per element). For the
+ * tensor-parallel activation sums. scratch holds
+ * fm_comm_sum_ordered_scratch(c, n) floats. */
+int fm_comm_sum_ordered(FmComm *c, float *buf, int64_t n, float *scratch);
+int64_t fm_comm_sum_ordered_scratch(const FmComm *c, int64_t n);
+
 /* Broadcast a string (any length) from root; *s is replaced on other ranks
  * with a malloc'd copy (free with free()); their old *s is not freed. A NULL
  * on root arrives as NULL everywhere. Goes over c->mpi with host buffers, so

@@ -149,6 +149,41 @@ FM_TEST(allreduce_float_sum_and_in_place) {
   fm_comm_destroy(c);
 }
 
+/* The tensor-parallel sum: values whose float sum depends on the order
+ * (1e8, 1, -1e8, ... at different ranks), checked bit for bit against the
+ * left-to-right sum in rank order computed here, over a count above one
+ * internal round (2^20 elements) so the rounds join correctly. */
+static float ordered_val(int r, int64_t i) {
+  const float big = (float)(1e8 * (double)((i % 7) - 3));
+  return (r % 2 == 0 ? big : -big) * (float)(r + 1) + (float)((i * 37 + r * 11) % 101) * 0.37f;
+}
+
+FM_TEST(sum_ordered_is_rank_order_bitwise) {
+  FmComm *c = fm_comm_mpi_create(MPI_COMM_WORLD);
+  const int P = c->size;
+  const int64_t n = (1 << 20) + 4099;
+  float *buf = fm_xcalloc((size_t)n, sizeof *buf);
+  float *scratch = fm_xcalloc((size_t)fm_comm_sum_ordered_scratch(c, n), sizeof *scratch);
+  for (int64_t i = 0; i < n; i++) buf[i] = ordered_val(c->rank, i);
+  FM_EXPECT_EQ_INT(fm_comm_sum_ordered(c, buf, n, scratch), 0);
+  int64_t bad = 0, differs_from_reverse = 0;
+  for (int64_t i = 0; i < n; i++) {
+    float want = ordered_val(0, i), rev = ordered_val(P - 1, i);
+    for (int r = 1; r < P; r++) want += ordered_val(r, i);
+    for (int r = P - 2; r >= 0; r--) rev += ordered_val(r, i);
+    uint32_t a, b;
+    memcpy(&a, &buf[i], 4);
+    memcpy(&b, &want, 4);
+    bad += a != b;
+    differs_from_reverse += rev != want;
+  }
+  FM_EXPECT_EQ_INT(bad, 0);
+  if (P >= 3) FM_EXPECT(differs_from_reverse > 0); /* the data can tell the orders apart */
+  free(buf);
+  free(scratch);
+  fm_comm_destroy(c);
+}
+
 FM_TEST(bcast_str_long_empty_null) {
   FmComm *c = fm_comm_mpi_create(MPI_COMM_WORLD);
   int root = c->size / 2;

@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "fmhpc/deck.h"
+#include "fmhpc/runtime.h"
 #include "fmhpc/tensor.h"
 
 /* Dimensions in the one vocabulary of STYLE.md. */
@@ -181,5 +182,19 @@ float *fm_model_grad_arena(FmModel *m);
 float *fm_model_param(FmModel *m, const char *name);
 float *fm_model_grad(FmModel *m, const char *name);
 int64_t fm_model_batch(const FmModel *m); /* b */
+
+/* Vocab-parallel cross-entropy over a tensor-parallel group (vocab_xent.c):
+ * this rank holds rows [v0, v0+Vl) of the output projection w (Vl, C) of a
+ * V-row vocabulary split over tp's ranks; x (N, C), targets and weight (N)
+ * are the same on every rank. Returns sum_n weight[n] * (lse_n - z_n,t) (the
+ * same on every rank); with dx/dw non-NULL (as the fused xent_fwd_bwd op),
+ * dx (N, C) += the whole input gradient (the ranks' parts summed in rank
+ * order, the same bits everywhere) and dw (Vl, C) += this shard's gradient. No rank holds more than
+ * N x min(Vl, 2048) logits. Host memory (CPU backend). scratch:
+ * fm_vocab_xent_scratch floats. */
+double fm_vocab_xent_fwd_bwd(FmComm *tp, const FmBackend *be, float *dx, float *dw, const float *x, const float *w,
+                             const int32_t *targets, const float *weight, int64_t N, int64_t C, int64_t v0,
+                             int64_t Vl, float *scratch);
+int64_t fm_vocab_xent_scratch(const FmComm *tp, int64_t N, int64_t C, int64_t Vl);
 
 #endif

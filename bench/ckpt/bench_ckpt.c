@@ -54,9 +54,9 @@ int main(int argc, char **argv) {
   FmComm *c = fm_comm_mpi_create(MPI_COMM_WORLD);
   FmTensorTable tab;
   gpt2_table(&tab, layers);
-  const int64_t n = tab.numel, nb = (n + FM_CKPT_BLOCK - 1) / FM_CKPT_BLOCK;
+  const int64_t n = tab.numel, nb = (n + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
   int64_t lo, hi;
-  fm_zero_range(n, FM_CKPT_BLOCK, c->size, c->rank, &lo, &hi);
+  fm_zero_range(n, FM_DIST_BLOCK, c->size, c->rank, &lo, &hi);
   float *w = malloc((size_t)n * sizeof *w), *m = malloc((size_t)(hi - lo + 1) * sizeof *m);
   float *v = malloc((size_t)(hi - lo + 1) * sizeof *v), *amax = malloc((size_t)nb * sizeof *amax);
   for (int64_t i = 0; i < n; i++) w[i] = (float)(i % 1000) * 1e-3f;
@@ -64,23 +64,13 @@ int main(int argc, char **argv) {
   for (int64_t b = 0; b < nb; b++) amax[b] = 1.0f;
   FmSpike spike;
   fm_spike_init(&spike, 0, 3.0);
-  const char *names[2] = {"optim.m", "optim.v"};
-  float *arrays[2] = {m, v};
-  FmCkptState s = {.params = &tab,
-                   .w = w,
-                   .lo = lo,
-                   .hi = hi,
-                   .nstate = 2,
-                   .state_names = names,
-                   .state = arrays,
-                   .amax_prev = amax,
-                   .nblocks = nb,
-                   .spike = &spike,
-                   .seed = 1,
-                   .optim_name = "adamw",
-                   .model_name = "gpt2",
-                   .deck_text = "&run task = 'train' /\n",
-                   .run_name = "bench"};
+  FmCkptState s = {.spike = &spike, .seed = 1, .optim_name = "adamw", .model_name = "gpt2",
+                   .deck_text = "&run task = 'train' /\n", .run_name = "bench"};
+  fm_dist_state_init(&s.dist, &tab, lo, hi); /* the table a training run's state gives */
+  fm_dist_state_add(&s.dist, "params", FM_DIST_FLAT_SHARD, w + lo, 0);
+  fm_dist_state_add(&s.dist, "optim/m", FM_DIST_FLAT_SHARD, m, 0);
+  fm_dist_state_add(&s.dist, "optim/v", FM_DIST_FLAT_SHARD, v, 0);
+  fm_dist_state_add(&s.dist, "reduce/amax_prev", FM_DIST_WHOLE_F32, amax, nb);
   double best = 1e30;
   long long bytes = 0;
   char path[4096];

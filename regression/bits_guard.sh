@@ -39,6 +39,8 @@ for c in "${cases[@]}"; do
   losses=$(grep -o '"loss_hex": "[^"]*"' "$dir/metrics.jsonl" | cut -d'"' -f4 | paste -sd' ')
   nloss=$(wc -w <<< "$losses")
   [ "$nloss" -eq 6 ] || { echo "FAIL: $name logged $nloss step losses, expected 6"; exit 1; }
+  # A default deck ('auto') on a machine without a usable GPU trains on the CPU and says why.
+  grep -q "^backend: cpu (auto: " "bits_$name.log" || { echo "FAIL: $name: no 'backend: cpu (auto: ...)' line"; exit 1; }
   sha=$(grep -o '"weights_sha256": "[^"]*"' "$dir/summary.json" | cut -d'"' -f4)
   [ -n "$sha" ] || { echo "FAIL: $name: no weights_sha256 in summary.json"; exit 1; }
   echo "$name $sha $losses" >> "$out"

@@ -45,6 +45,14 @@ const FmBackend *fm_backend_cuda(int *status);
 /* By name: "cpu", "cuda" or "auto" (cuda when usable, else cpu), case-insensitive.
  * Unknown name: NULL and FM_EINVAL. */
 const FmBackend *fm_backend_get(const char *name, int *status);
+/* The backend a run uses, and why, in words for the log and --check (`why`,
+ * n bytes). need_model: the caller runs the model ops (training). need_host:
+ * the caller's loop reads backend buffers as host memory (today's training
+ * step). "auto" takes CUDA only when it is usable and has what the caller
+ * needs, else the CPU, and says which reason decided; "cpu" and "cuda" are
+ * taken as asked, or NULL with *status FM_EUNSUPPORTED / FM_ENODEV and the
+ * reason in `why`. Unknown name: NULL and FM_EINVAL. */
+const FmBackend *fm_backend_choose(const char *name, int need_model, int need_host, char *why, int n, int *status);
 
 /* ---- the CPU ops, callable directly (tests, tools): fm_cpu_<op> for every
  * op of ops.def, the readable specification of its contract. */

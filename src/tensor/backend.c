@@ -1,7 +1,9 @@
 /* backend.c: the backend op tables and their selection (fm_backend_cpu,
- * fm_backend_cuda, fm_backend_get). The ops themselves live in cpu/ and cuda/;
+ * fm_backend_cuda, fm_backend_get, fm_backend_choose). The ops themselves live in cpu/ and cuda/;
  * this file only wires them into FmBackend and decides whether the CUDA table
  * may be handed out (built with CUDA, and a device answers). */
+#include <stdio.h>
+
 #include "fmhpc/tensor.h"
 
 /* Both tables from ops.def: every op in the CPU table; in the CUDA table the
@@ -63,4 +65,42 @@ const FmBackend *fm_backend_get(const char *name, int *status) {
   }
   set_status(status, FM_EINVAL);
   return NULL;
+}
+
+/* What a usable backend lacks for the caller, or NULL when it has it all. */
+static const char *lacks(const FmBackend *b, int need_model, int need_host) {
+  if (need_model && !b->matmul_fwd) return "its model ops are not built";
+  if (need_host && !b->host_accessible) return "the training step reads its buffers on the host, and CUDA's are device memory (the CUDA step loop is not wired yet)";
+  return NULL;
+}
+
+const FmBackend *fm_backend_choose(const char *name, int need_model, int need_host, char *why, int n, int *status) {
+  int st = FM_OK;
+  const FmBackend *b = fm_backend_get(name, &st);
+  const int is_auto = name && fm_strcasecmp(name, "auto") == 0;
+  if (!b) {
+    set_status(status, st);
+    snprintf(why, (size_t)n, "backend '%s': %s", name ? name : "(null)", fm_strerror(st));
+    return NULL;
+  }
+  if (!is_auto) {
+    const char *miss = lacks(b, need_model, need_host);
+    set_status(status, miss ? FM_EUNSUPPORTED : FM_OK);
+    snprintf(why, (size_t)n, "%s", miss ? miss : "as the deck asks");
+    return miss ? NULL : b;
+  }
+  set_status(status, FM_OK);
+  if (b == fm_backend_cpu()) {
+    int cst = FM_OK;
+    (void)fm_backend_cuda(&cst);
+    snprintf(why, (size_t)n, "auto: no CUDA backend (%s)", fm_strerror(cst));
+    return b;
+  }
+  const char *miss = lacks(b, need_model, need_host);
+  if (miss) {
+    snprintf(why, (size_t)n, "auto: a CUDA device is usable, but %s", miss);
+    return fm_backend_cpu();
+  }
+  snprintf(why, (size_t)n, "auto: a CUDA device is usable");
+  return b;
 }

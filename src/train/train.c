@@ -302,13 +302,14 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   const FmConfig *c = r->c;
   if (c->train.threads > 0) omp_set_num_threads((int)c->train.threads);
   int status = 0;
-  r->be = fm_backend_get(c->train.backend, &status);
-  if (!r->be || !r->be->host_accessible || !r->be->matmul_fwd) {
-    fm_deck_error(deck, err, FM_KEY_train_backend, "training runs on the CPU backend in this version (%s)",
-                  r->be ? "the CUDA model ops are not built yet" : fm_strerror(status));
-    if (err) fprintf(err, "hint: backend = 'cpu'\n");
+  char why[256];
+  r->be = fm_backend_choose(c->train.backend, 1, 1, why, (int)sizeof why, &status);
+  if (!r->be) {
+    fm_deck_error(deck, err, FM_KEY_train_backend, "training cannot use this backend: %s", why);
+    if (err) fprintf(err, "hint: backend = 'auto' or 'cpu' (training runs on the CPU backend in this version)\n");
     return FM_EDECK;
   }
+  fm_log0("backend: %s (%s)", r->be->name, why);
   /* &parallel comm: the training buffers live on the host (CPU backend), so
    * 'auto' is MPI's collectives; NCCL reduces device buffers. */
   if (c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL) {

@@ -35,6 +35,9 @@ except ImportError as e:
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data"))
 import sampler_ref  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ckpt_tool  # noqa: E402
+
 
 def fail(msg):
     print(f"FAIL: {msg}")
@@ -63,11 +66,19 @@ def plant(store_dir, seed, B, step):
     man = json.load(open(os.path.join(store_dir, "train.json")))
     ids = step_samples(man["n_seq"], seed, B, step)
     rng = np.random.default_rng(12345)
-    with h5py.File(os.path.join(store_dir, man["shards"][0]["file"]), "r+") as f:
+    shard = man["shards"][0]
+    with h5py.File(os.path.join(store_dir, shard["file"]), "r+") as f:
         tok = f["tokens"]
         for i in ids:
             tok[i] = rng.integers(0, man["vocab_size"], size=tok.shape[1], dtype=np.uint32)
-    print(f"planted garbage tokens in samples {ids} (step {step})")
+        # The store verifies its manifest's per-dataset SHA-256 on open: this copy
+        # is edited on purpose, so sign its tokens again, as prep would have
+        # (ckpt_tool.checksum: the same sha256-blocks-v1 scheme, written independently).
+        if "sha256" in shard:
+            shard["sha256"]["tokens"] = ckpt_tool.checksum(tok[...], 0)
+    with open(os.path.join(store_dir, "train.json"), "w") as out:
+        json.dump(man, out, indent=1)
+    print(f"planted garbage tokens in samples {ids} (step {step}); manifest re-signed")
 
 
 def parse_deck(text):

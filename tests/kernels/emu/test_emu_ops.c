@@ -581,6 +581,7 @@ FM_TEST(quant_add_vs_reduce_add) {
     memset(&comm, 0, sizeof comm);
     comm.size = P;
     comm.rank = 0;
+    comm.kind = "none"; /* a stand-in: no collective is called (fm_reduce_create asks the kind) */
     FmReduce g;
     FM_REQUIRE(fm_reduce_create(&g, n, 2, true, &comm) == 0);
     fm_reduce_begin(&g);

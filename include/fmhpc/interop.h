@@ -1,7 +1,8 @@
 /* interop.h: Hugging Face interop. safetensors files read and written from the
  * format's specification (src/interop/safetensors.c), the HF tensor names and
- * layouts of each model (src/interop/hf_names.c), config.json
- * (src/interop/hf_config.c), the directory-level import/export that joins
+ * layouts and the config.json keys of each model (its adapter
+ * src/interop/hf_<name>.c, one per models.def line; walked by hf_names.c and
+ * hf_config.c), the directory-level import/export that joins
  * them, and the one model loader every task uses (src/interop/load.c). Not here: checkpoints (src/ckpt/, HDF5) and
  * tokenizer files (data/).
  *

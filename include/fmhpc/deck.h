@@ -57,6 +57,10 @@ typedef struct FmConfig {
 enum { FM_PRECISION_F32 = 0, FM_PRECISION_BF16 = 1 };       /* &train precision: p=f32,c=f32 | p=f32,c=bf16 */
 enum { FM_DETERMINISM_EXACT = 0, FM_DETERMINISM_FAST = 1 }; /* &train determinism: exact | fast */
 enum { FM_COMM_AUTO = 0, FM_COMM_MPI = 1, FM_COMM_NCCL = 2 }; /* &parallel comm: auto | mpi | nccl */
+enum { FM_PREP_FORMAT_H5 = 0, FM_PREP_FORMAT_BIN = 1 };      /* &prep format: h5 | bin */
+enum { FM_PREP_MODE_PRETRAIN = 0, FM_PREP_MODE_SFT = 1 };    /* &prep mode: pretrain | sft */
+enum { FM_BAD_RECORD_ERROR = 0, FM_BAD_RECORD_SKIP = 1 };    /* &prep on_bad_record: error | skip */
+enum { FM_TOK_PATTERN_KEY_GPT2 = 0, FM_TOK_PATTERN_KEY_CL100K = 1 }; /* &tokenizer pattern: gpt2 | cl100k */
 
 /* Where a key's value came from: a deck file, a command-line override, or
  * the registry default (file == NULL). */

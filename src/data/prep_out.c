@@ -170,7 +170,7 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
   if (per < 1) per = 1;
   int64_t nsh = (N + per - 1) / per;
   *nshards_out = nsh;
-  bool is_h5 = !fm_strcasecmp(p->deck->c.prep.format, "h5");
+  bool is_h5 = p->deck->c.choice[FM_KEY_prep_format] == FM_PREP_FORMAT_H5;
   char *prov = provenance(p, s, tot);
   FmStr src;
   fm_str_init(&src);

@@ -31,8 +31,8 @@ int fm__prep_configure(Prep *p, FILE *err) {
   }
   fm_packing_parse(d->c.prep.packing, &p->packing);
   fm_posids_parse(d->c.prep.position_ids, &p->pos);
-  p->sft = !fm_strcasecmp(d->c.prep.mode, "sft");
-  p->skip_bad = !fm_strcasecmp(d->c.prep.on_bad_record, "skip");
+  p->sft = d->c.choice[FM_KEY_prep_mode] == FM_PREP_MODE_SFT;
+  p->skip_bad = d->c.choice[FM_KEY_prep_on_bad_record] == FM_BAD_RECORD_SKIP;
   p->R = d->c.prep.seq_len + 1;
   p->W = d->c.prep.window_docs;
   p->min_chars = d->c.prep.min_chars;

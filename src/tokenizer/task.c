@@ -112,7 +112,7 @@ int fm_tokenizer_task(const FmDeck *deck, FmComm *world, FILE *log) {
             (long long)cfg->tokenizer.vocab_size, world->size);
   FmTokenizer *tok = NULL;
   if (!rc) {
-    const char *pattern = fm_strcasecmp(cfg->tokenizer.pattern, "gpt2") == 0 ? FM_TOK_PATTERN_GPT2 : FM_TOK_PATTERN_CL100K;
+    const char *pattern = cfg->choice[FM_KEY_tokenizer_pattern] == FM_TOK_PATTERN_KEY_GPT2 ? FM_TOK_PATTERN_GPT2 : FM_TOK_PATTERN_CL100K;
     FmBpeTrainOpts o = {.vocab_size = cfg->tokenizer.vocab_size,
                         .specials = (const char *const *)cfg->tokenizer.special_tokens,
                         .nspecials = cfg->tokenizer.special_tokens_n,

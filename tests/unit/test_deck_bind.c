@@ -479,6 +479,10 @@ FM_TEST(choice_keys_bind_to_enums) {
       {"&train determinism = 'fast' /\n", FM_KEY_train_determinism, FM_DETERMINISM_FAST},
       {"&train determinism = 'EXACT' /\n", FM_KEY_train_determinism, FM_DETERMINISM_EXACT},
       {"&optim schedule = 'inv_sqrt' /\n", FM_KEY_optim_schedule, 4},
+      {"&prep format = 'BIN' /\n", FM_KEY_prep_format, FM_PREP_FORMAT_BIN},
+      {"&prep mode = 'sft' /\n", FM_KEY_prep_mode, FM_PREP_MODE_SFT},
+      {"&prep on_bad_record = 'skip' /\n", FM_KEY_prep_on_bad_record, FM_BAD_RECORD_SKIP},
+      {"&tokenizer pattern = 'gpt2' /\n", FM_KEY_tokenizer_pattern, FM_TOK_PATTERN_KEY_GPT2},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     FmDeck d;

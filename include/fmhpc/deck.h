@@ -129,6 +129,8 @@ int fm_deck_glob_miss(void *ctx, int i, const char *pattern);
 
 /* The resolved deck, defaults included, as a deck that can be run again. */
 void fm_deck_write(const FmDeck *d, FILE *out);
+/* fm_deck_write into a NUL-terminated string (caller frees). */
+char *fm_deck_text(const FmDeck *d);
 /* `fmhpc --help-deck`: every group and key with type, default, range, help. */
 void fm_deck_help(FILE *out);
 void fm_deck_free(FmDeck *d);

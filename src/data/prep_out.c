@@ -147,11 +147,7 @@ static char *provenance(const Prep *p, int s, const int64_t *tot) {
                   p->in[i].sha, p->in[i].valid ? "valid" : "train", i + 1 < p->nin ? "," : "");
   }
   fm_str_cat(&b, "  ],\n");
-  char *deck = NULL;
-  size_t dn = 0;
-  FILE *m = open_memstream(&deck, &dn);
-  fm_deck_write(p->deck, m);
-  fclose(m);
+  char *deck = fm_deck_text(p->deck);
   json_kv_str(&b, "deck", deck, 0);
   free(deck);
   fm_str_cat(&b, "}\n");

@@ -743,6 +743,15 @@ void fm_deck_write(const FmDeck *d, FILE *out) {
   }
 }
 
+char *fm_deck_text(const FmDeck *d) {
+  char *text = NULL;
+  size_t len = 0;
+  FILE *s = open_memstream(&text, &len);
+  fm_deck_write(d, s);
+  fclose(s);
+  return text;
+}
+
 static const char *type_name(const FmKeyInfo *ki, char *buf, size_t n) {
   static const char *const names[] = {"INT", "REAL", "BOOL", "STR"};
   if (ki->nmax > 1)

@@ -21,15 +21,6 @@ struct FmMetrics {
   FmTfEvents *tb;     /* &log tensorboard, else NULL */
 };
 
-static char *deck_text(const FmDeck *deck) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *s = open_memstream(&text, &len);
-  fm_deck_write(deck, s);
-  fclose(s);
-  return text;
-}
-
 static FmMetrics *create(const char *path, const FmDeck *deck) {
   FmMetrics *m = fm_xcalloc(1, sizeof *m);
   snprintf(m->path, sizeof m->path, "%s", path ? path : "");
@@ -44,7 +35,7 @@ static int open_tb(FmMetrics *m, const FmDeck *deck, int64_t step, FILE *err) {
   if (!deck->c.log.tensorboard) return 0;
   int rc = fm_tfevents_open(&m->tb, m->out_dir, deck->c.run.name, err);
   if (rc) return rc;
-  char *text = deck_text(deck);
+  char *text = fm_deck_text(deck);
   FmStr md;
   fm_str_init(&md);
   for (const char *p = text; *p;) {
@@ -91,7 +82,7 @@ int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE 
     if (err) fprintf(err, "fmhpc: cannot write '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
     return FM_EIO;
   }
-  char *text = deck_text(deck);
+  char *text = fm_deck_text(deck);
   fprintf(m->f, "{\"record\": \"deck\", \"fmhpc\": \"%s\", \"git\": \"%s\", \"deck\": ", FM_VERSION_STRING,
           FMHPC_GIT_REV);
   fm_json_write_str(m->f, text, strlen(text));

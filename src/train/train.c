@@ -570,12 +570,7 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
   }
   const FmConfig *c = r.c;
   char path[4096], loaded[4096] = "";
-  {
-    size_t len = 0;
-    FILE *s = open_memstream(&r.deck_text, &len);
-    fm_deck_write(deck, s);
-    fclose(s);
-  }
+  r.deck_text = fm_deck_text(deck);
   if (c->ckpt.dir[0]) snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s", c->ckpt.dir);
   else snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/ckpt", c->run.out_dir);
   fm_ckpt_signals_install();

@@ -32,13 +32,6 @@ static inline int deck_bind_override(FmDeck *d, const char *text, char **msgs) {
 }
 
 /* fm_deck_write into a string (caller frees). */
-static inline char *deck_write_string(const FmDeck *d) {
-  char *s = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&s, &len);
-  fm_deck_write(d, f);
-  fclose(f);
-  return s;
-}
+static inline char *deck_write_string(const FmDeck *d) { return fm_deck_text(d); }
 
 #endif

@@ -27,6 +27,7 @@ typedef struct Args {
   int ranks; /* --ranks N: plan for N ranks instead of the real world */
   const char *encode, *decode; /* --encode/--decode TOK: tokenizer inspection */
   const char *plot;            /* --plot RUN_DIR */
+  const char *verify;          /* --verify STORE */
   int nsrc;
   FmDeckSource *src; /* decks and overrides, in command-line order */
 } Args;
@@ -46,6 +47,9 @@ static void usage(FILE *out) {
           "  --decode TOK   stdin token ids -> text on stdout\n"
           "  --plot RUN_DIR draw RUN_DIR/loss.png from RUN_DIR/metrics.jsonl (also while\n"
           "                 the run is going; needs a build with PLplot)\n"
+          "  --verify STORE check a packed store (prep manifest .json, or one .h5 shard):\n"
+          "                 every SHA-256 of the manifest and every row's ids, masks and\n"
+          "                 segment/position ids; each rank checks a share (mpirun -n P)\n"
           "  --version      version and git revision\n"
           "  --help         this text\n"
           "exit status: 0 done, 1 runtime failure, 2 bad deck or command line,\n"
@@ -73,6 +77,13 @@ static int parse_args(Args *a, int argc, char **argv, FILE *err) {
         return FM_EINVAL;
       }
       *(s[2] == 'e' ? &a->encode : &a->decode) = argv[++i];
+    }
+    else if (!strcmp(s, "--verify")) {
+      if (i + 1 >= argc) {
+        if (err) fprintf(err, "fmhpc: --verify needs a store (a prep manifest .json or an .h5 shard)\n");
+        return FM_EINVAL;
+      }
+      a->verify = argv[++i];
     }
     else if (!strcmp(s, "--plot")) {
       if (i + 1 >= argc) {
@@ -230,6 +241,11 @@ int main(int argc, char **argv) {
     fflush(stdout);
     fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
     fm_exit_all(rc == FM_EUNSUPPORTED ? EXIT_USAGE : rc ? EXIT_RUNTIME : 0);
+  }
+  if (a.verify) { /* collective: every rank checks a share of the rows */
+    int rc = fm_store_verify(a.verify, "auto", world, world->rank == 0 ? stdout : NULL, world->rank == 0 ? stderr : NULL);
+    fflush(stdout);
+    fm_exit_all(rc ? EXIT_RUNTIME : 0);
   }
   if (a.nsrc == 0) {
     if (err) usage(err);

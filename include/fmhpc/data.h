@@ -135,6 +135,11 @@ int fm_store_read_batch_coll(FmStore *st, const int64_t *ids, int64_t n, FmBatch
 /* Raw stored row i (R ids, R mask bytes, R segment ids); tests and tools. */
 int fm_store_read_row(FmStore *st, int64_t i, uint32_t *tok, uint8_t *mask, int32_t *seg, int32_t *pos);
 void fm_store_close(FmStore *st); /* collective when opened with a comm */
+/* fmhpc --verify: opens the store (manifest, every shard's SHA-256) and checks
+ * every row (ids < vocab_size, masks 0/1, segment ids as prep numbers them,
+ * position ids >= 0), each rank a contiguous share. Collective over comm;
+ * prints a summary on out (rank 0's), the first bad row on err. */
+int fm_store_verify(const char *path, const char *format, FmComm *comm, FILE *out, FILE *err);
 
 /* ---- sampler (DESIGN section 7) ---------------------------------------- */
 /* Slot k = step*B + j, epoch e = k / N, sample = perm(seed, e)(k mod N), with

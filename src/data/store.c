@@ -25,6 +25,7 @@ struct FmStore {
   uint32_t *tok;
   uint8_t *mask;
   int32_t *pos, *seg, *touched;
+  int nsums; /* shards whose manifest entry carries SHA-256 sums (all of them checked on open) */
 };
 
 void fm_batch_alloc(FmBatch *b, int64_t cap, int64_t T) {
@@ -116,6 +117,7 @@ static int verify_shards(FmStore *st, const char *path, const FmJson *shards, FI
     }
   }
   if (st->comm) FM_CHECK(fm_comm_allreduce(st->comm, &bad, &bad, 1, FM_DT_I32, FM_OP_MIN));
+  st->nsums = nsums; /* every rank counted every shard's entry */
   if (bad == INT32_MAX) {
     if (nsums == st->nshards && st->nshards > 0 && me == 0)
       fm_log0("data: %s: every dataset of its %d shard%s matches its SHA-256", path, st->nshards,
@@ -378,6 +380,113 @@ int fm_store_read_row(FmStore *st, int64_t i, uint32_t *tok, uint8_t *mask, int3
   int s = shard_of(st, i);
   int64_t row = i - st->first[s];
   return st->shard[s]->read(st->shard[s], &row, 1, false, tok, mask, st->info.has_position_ids ? pos : NULL, seg);
+}
+
+/* ---- fmhpc --verify STORE ------------------------------------------------ */
+
+/* The first thing wrong with one stored row, or 0: column *col, what in why. */
+static int row_problem(const FmStoreInfo *in, const uint32_t *tok, const uint8_t *mask, const int32_t *seg,
+                       const int32_t *pos, int64_t *col, char *why, size_t n) {
+  int32_t prev = 0;
+  for (int64_t t = 0; t < in->row_len; t++) {
+    *col = t;
+    if (tok[t] >= (uint64_t)in->vocab_size) {
+      snprintf(why, n, "token id %lu >= vocab_size %lld", (unsigned long)tok[t], (long long)in->vocab_size);
+      return 1;
+    }
+    if (mask[t] > 1) {
+      snprintf(why, n, "loss mask %u: masks are 0 or 1", (unsigned)mask[t]);
+      return 1;
+    }
+    /* prep numbers a row's pieces 1, 2, ... from column 0; padding (0) only trails */
+    if (seg[t] < 0 || (seg[t] != 0 && seg[t] != prev && seg[t] != prev + 1) || (prev == 0 && t > 0 && seg[t] != 0)) {
+      snprintf(why, n, "segment id %ld after %ld: a row numbers its documents 1, 2, ... from column 0, then "
+               "padding 0", (long)seg[t], (long)prev);
+      return 1;
+    }
+    if (pos && pos[t] < 0) {
+      snprintf(why, n, "position id %ld < 0", (long)pos[t]);
+      return 1;
+    }
+    prev = seg[t];
+  }
+  return 0;
+}
+
+/* Checks every row this rank owns, a contiguous share of the samples; the
+ * first bad sample * row_len + column (INT64_MAX if none) in *bad. */
+static int scan_rows(FmStore *st, int64_t *bad, char *why, size_t why_len) {
+  const FmStoreInfo *in = &st->info;
+  const int P = st->comm ? st->comm->size : 1, me = st->comm ? st->comm->rank : 0;
+  const int64_t lo = in->n_seq / P * me + (me < in->n_seq % P ? me : in->n_seq % P);
+  const int64_t hi = lo + in->n_seq / P + (me < in->n_seq % P), R = in->row_len;
+  enum { CHUNK = 256 };
+  grow(st, CHUNK);
+  *bad = INT64_MAX;
+  for (int64_t a = lo; a < hi && *bad == INT64_MAX;) {
+    const int s = shard_of(st, a);
+    int64_t n = hi - a < CHUNK ? hi - a : CHUNK;
+    if (n > st->first[s + 1] - a) n = st->first[s + 1] - a;
+    for (int64_t i = 0; i < n; i++) st->rows[i] = a - st->first[s] + i;
+    int rc = st->shard[s]->read(st->shard[s], st->rows, n, false, st->tok, st->mask,
+                                in->has_position_ids ? st->pos : NULL, st->seg);
+    if (rc) return rc;
+    for (int64_t i = 0; i < n; i++) {
+      int64_t col = 0;
+      if (row_problem(in, st->tok + i * R, st->mask + i * R, st->seg + i * R,
+                      in->has_position_ids ? st->pos + i * R : NULL, &col, why, why_len)) {
+        *bad = (a + i) * R + col;
+        break;
+      }
+    }
+    a += n;
+  }
+  return 0;
+}
+
+int fm_store_verify(const char *path, const char *format, FmComm *comm, FILE *out, FILE *err) {
+  FmStore *st = NULL;
+  const double t0 = fm_now_s();
+  int rc = fm_store_open(&st, path, format, comm, err); /* checks the manifest and every SHA-256 */
+  if (rc) return rc;
+  const FmStoreInfo *in = &st->info;
+  char why[160] = "";
+  int64_t bad = INT64_MAX;
+  int32_t st_rc = scan_rows(st, &bad, why, sizeof why);
+  if (comm) {
+    FM_CHECK(fm_comm_allreduce(comm, &st_rc, &st_rc, 1, FM_DT_I32, FM_OP_MIN));
+    int64_t mine = bad;
+    FM_CHECK(fm_comm_allreduce(comm, &mine, &bad, 1, FM_DT_I64, FM_OP_MIN));
+    if (bad != INT64_MAX && mine != bad) why[0] = '\0'; /* the owner of the first one tells */
+  }
+  if (!st_rc && bad != INT64_MAX) {
+    const int64_t sample = bad / in->row_len, col = bad % in->row_len;
+    const int s = shard_of(st, sample);
+    if (why[0])
+      fm_err("%s: row %lld (sample %lld), column %lld: %s: the shard is corrupt or not written by fmhpc's prep\n"
+             "hint: run task='prep' again for this store, or restore the shard from a copy",
+             st->name[s], (long long)(sample - st->first[s]), (long long)sample, (long long)col, why);
+    st_rc = FM_EFORMAT;
+  }
+  if (!st_rc && out) {
+    const int64_t tokens = in->n_seq * in->row_len;
+    fprintf(out, "verify: %s: %d %s shard%s, %lld rows of %lld ids (%lld ids), vocab_size %lld\n", path,
+            st->nshards, in->format, st->nshards == 1 ? "" : "s", (long long)in->n_seq, (long long)in->row_len,
+            (long long)tokens, (long long)in->vocab_size);
+    if (st->nsums == st->nshards && st->nshards > 0)
+      fprintf(out, "verify:   SHA-256: every dataset of every shard matches the manifest\n");
+    else if (ends_with(path, ".json"))
+      fprintf(out, "verify:   SHA-256: %d of %d shards have sums in the manifest (a store prepped before "
+                   "checksums): the rest not checked\n", st->nsums, st->nshards);
+    else
+      fprintf(out, "verify:   SHA-256: not checked: the sums live in the prep manifest; verify the .json to "
+                   "check them\n");
+    fprintf(out, "verify:   every row: ids < vocab_size, loss masks 0/1, segment ids 1, 2, ... then padding%s\n",
+            in->has_position_ids ? ", position ids >= 0" : "");
+    fprintf(out, "verify: OK in %.1f s\n", fm_now_s() - t0);
+  }
+  fm_store_close(st);
+  return st_rc;
 }
 
 void fm_store_close(FmStore *st) {

@@ -18,6 +18,11 @@
 #             store is stated verified; one token changed to another valid id
 #             (a copy of the store) stops training on both ranks, naming the
 #             shard and the dataset
+#   verify    fmhpc --verify STORE at 2 ranks: the intact store is OK (exit 0);
+#             a changed token fails its SHA-256; a loss mask of 2 and a
+#             segment id that skips a document, each planted in a copy whose
+#             manifest is re-signed with hashlib (so only the row checks can
+#             see them), are named by shard, row, sample and column
 #   rank_kill rank 1 SIGKILLed mid-run (not the launcher) after a checkpoint:
 #             the job ends within 60 s with Open MPI naming the lost rank
 #             (mpirun ends every rank at a rank's abnormal exit: no heartbeat of
@@ -127,6 +132,47 @@ PY
   expect sum_bad 120 nz "$C/train.json: shard 'train_00000': dataset 'tokens' does not match its SHA-256 in the manifest" \
     "${TRAIN[@]}" train%steps=1 "data%train='$C/train.json'" "run%out_dir='$WORK/sum_bad'"
   echo "PASS: checksum"
+  ;;
+verify)
+  # plant KIND: a copy of the store with one bad value at tokens row 5 (flat
+  # index I), the manifest re-signed with hashlib unless KIND is 'token'
+  plant() {
+    local kind=$1 dir=$WORK/verify_$1
+    rm -rf "$dir" && cp -r "$DATA" "$dir"
+    /usr/bin/python3 - "$dir" "$kind" <<'PY'
+import hashlib, json, sys, numpy as np
+d, kind = sys.argv[1], sys.argv[2]
+m = json.load(open(f"{d}/train.json"))
+f = f"{d}/{m['shards'][0]['file']}"
+R = m["seq_len"] + 1
+if kind == "token":      # a valid id changed: only the SHA-256 sees it
+    t = np.memmap(f + ".tokens.bin", dtype="<u4", mode="r+"); i = int(np.argmax(t < 1000)); t[i] += 1; t.flush()
+elif kind == "mask":     # row 5, column 7
+    t = np.memmap(f + ".loss_mask.bin", dtype="u1", mode="r+"); t[5 * R + 7] = 2; t.flush()
+else:                    # segment: row 5, column 3 jumps two documents ahead
+    t = np.memmap(f + ".segment_ids.bin", dtype="<i4", mode="r+"); t[5 * R + 3] = t[5 * R + 2] + 2; t.flush()
+if kind != "token":
+    for sh in m["shards"]:
+        for name, esize in (("tokens", 4), ("loss_mask", 1), ("segment_ids", 4), ("position_ids", 4)):
+            b = open(f"{d}/{sh['file']}.{name}.bin", "rb").read()
+            p = 65536 * esize
+            sh["sha256"][name] = hashlib.sha256(b"".join(hashlib.sha256(b[i:i + p]).digest()
+                                                         for i in range(0, len(b), p))).hexdigest()
+    json.dump(m, open(f"{d}/train.json", "w"))
+PY
+  }
+  expect verify_ok 60 0 "^verify: OK" --verify "$DATA/train.json"
+  grep -q "verify:   SHA-256: every dataset of every shard matches the manifest" "$WORK/verify_ok.log" ||
+    fail "verify_ok: the SHA-256 line is missing"
+  for k in token mask segment; do plant $k; done
+  expect verify_token 60 1 "verify_token/train.json: shard 'train_00000': dataset 'tokens' does not match its SHA-256" \
+    --verify "$WORK/verify_token/train.json"
+  expect verify_mask 60 1 "train_00000: row 5 \\(sample 5\\), column 7: loss mask 2: masks are 0 or 1" \
+    --verify "$WORK/verify_mask/train.json"
+  expect verify_segment 60 1 "train_00000: row 5 \\(sample 5\\), column 3: segment id [0-9]+ after [0-9]+" \
+    --verify "$WORK/verify_segment/train.json"
+  ! grep -q "^verify: OK" "$WORK/verify_mask.log" "$WORK/verify_segment.log" || fail "a bad store was called OK"
+  echo "PASS: verify"
   ;;
 rank_kill)
   K=$WORK/kill

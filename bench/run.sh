@@ -6,6 +6,8 @@
 # --quick (or FMHPC_BENCH_QUICK=1): small sizes and one or two repetitions,
 # a few minutes on 2 cores; the numbers are then indicative only. Only ratios
 # measured in one run on one machine mean anything.
+# STEP_BEFORE=DIR (a CPU-only build of an earlier commit) adds that library's step tokens/s
+# beside fmhpc's, measured in the same run (bench/step_cpu/run.sh).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 QUICK="${FMHPC_BENCH_QUICK:-0}"
@@ -71,8 +73,10 @@ fi
 
 # the training step: fmhpc vs PyTorch, tokens/s
 if run step_cpu env STEP_CASES="$STEP_CASES" bash "$ROOT/bench/step_cpu/run.sh" "$BUILD" "$(nproc)" "$STEP_STEPS"; then
-  while read -r name fm ft g pk pct pm pt r; do
-    row "step_cpu $name" "$ft tok/s, $g GFLOP/s ($pct of sgemm peak)" "PyTorch $pt tok/s" "$r" ">= 2x, >= 85% peak"
+  while read -r name fm ft g pk pct pm pt r bt br; do
+    before=""
+    [ -n "${bt:-}" ] && before=" (before: $bt tok/s, now ${br}x)"
+    row "step_cpu $name" "$ft tok/s, $g GFLOP/s ($pct of sgemm peak)$before" "PyTorch $pt tok/s" "$r" ">= 2x, >= 85% peak"
   done < <(grep -E '^(gpt2|llama)' "$LOGS/step_cpu")
 fi
 

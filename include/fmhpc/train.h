@@ -19,16 +19,26 @@ typedef struct FmPlan {
   int world, dp, tp;
   int64_t n_params;      /* whole model, exact, from the tensor table */
   int64_t n_params_rank; /* held by one rank after the tensor-parallel split */
+  int64_t shard;         /* largest ZeRO-1 shard of those (elements, FM_DIST_BLOCK-aligned) */
   int64_t micro_batches; /* M = global_batch / micro_batch */
   int64_t tokens_per_step;
   int compute_bytes; /* 4 (f32) or 2 (bf16) */
-  /* Bytes on one rank. */
-  double params;     /* the compute copy of the weights */
-  double master;     /* fp32 master shard (bf16 compute only) */
-  double grads;      /* one micro-batch's gradient, fp32 */
-  double grad_accum; /* accumulator: int64 fixed point (exact) or fp32 (fast) */
-  double optim_state;
-  double act, act_recompute; /* at the deck's micro-batch */
+  /* Bytes on one rank (the deck's micro-batch). */
+  int64_t params, master, grads, grad_accum, optim_state;
+  int64_t act, act_recompute;
+  int64_t total; /* with the deck's recompute */
+  /* Bytes one rank sends per optimizer step (ring/all-gather algorithms). */
+  int64_t tp_act;    /* Megatron activation sums (fm_comm_sum_ordered) */
+  int64_t tp_xent;   /* vocab-parallel cross-entropy: max, sum-exp, target logit */
+  int64_t dp_grad;   /* gradient reduce-scatter (int64 exact, fp32 fast) */
+  int64_t dp_gather; /* fp32 all-gather of the updated weights (zero=1) or gradient shards (zero=0) */
+  int64_t dp_scales; /* exact mode's per-block scales and the norm's block sums */
+  /* Fit against &parallel device_mem_gib (0: unknown, nothing below set). */
+  int64_t device_mem;
+  int fit_tp;        /* the smallest tp that fits, 0 when none does */
+  int64_t fit_micro; /* its micro-batch */
+  bool fit_recompute;
+  int64_t fit_total;
   double flops_per_token, flops_per_step;
 } FmPlan;
 

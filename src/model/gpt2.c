@@ -82,8 +82,8 @@ static double gpt2_train_flops(const FmModelDims *d) {
   X(ln1, FM_ACT_LAYER, BT * C)           /* (B, T, C) */                                      \
   X(ln1_mean, FM_ACT_LAYER, BT)          /* (B, T) */                                         \
   X(ln1_rstd, FM_ACT_LAYER, BT)          /* (B, T) */                                         \
-  X(qkv, FM_ACT_LAYER, BT * 3 * C)       /* (B, T, 3C): q, k, v of NH heads of HS */          \
-  X(atty, FM_ACT_LAYER, BT * C)          /* (B, T, NH*HS) attention output */                 \
+  X(qkv, FM_ACT_LAYER, BT * 3 * Q)       /* (B, T, 3C): q, k, v of NH heads of HS */          \
+  X(atty, FM_ACT_LAYER, BT * Q)          /* (B, T, NH*HS) attention output */                 \
   X(lse, FM_ACT_LAYER, B * NH * T)       /* (B, NH, T) softmax log-sum-exp */                 \
   X(res_att, FM_ACT_LAYER, BT * C)       /* (B, T, C) residual after attention */             \
   X(ln2, FM_ACT_LAYER, BT * C)           /* (B, T, C) */                                      \
@@ -97,13 +97,14 @@ static double gpt2_train_flops(const FmModelDims *d) {
   X(dfinal, FM_ACT_GRAD, BT * C)         /* (B, T, C) */                                      \
   X(dres, FM_ACT_GRAD, BT * C)           /* (B, T, C) gradient of the residual stream */      \
   X(dln, FM_ACT_GRAD, BT * C)            /* (B, T, C) gradient of a norm's output */          \
-  X(datty, FM_ACT_GRAD, BT * C)          /* (B, T, NH*HS) */                                  \
-  X(dqkv, FM_ACT_GRAD, BT * 3 * C)       /* (B, T, 3C) */                                     \
+  X(datty, FM_ACT_GRAD, BT * Q)          /* (B, T, NH*HS) */                                  \
+  X(dqkv, FM_ACT_GRAD, BT * 3 * Q)       /* (B, T, 3C) */                                     \
   X(dfch, FM_ACT_GRAD, BT * F)           /* (B, T, F) */
 /* clang-format on */
 
 static void gpt2_acts(FmTensorTable *tab, const FmModelDims *d, int64_t B, bool recompute) {
   const int64_t T = d->T, BT = B * d->T, C = d->C, F = d->F, NH = d->NH;
+  const int64_t Q = d->NH * d->HS; /* = C; written per head so that a tensor-parallel rank's heads size it */
 #define X(id, kind, elems) fm__model_add_act(tab, #id, kind, d, recompute, elems);
   GPT2_ACTS(X)
 #undef X

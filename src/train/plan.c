@@ -1,18 +1,147 @@
 /* plan.c: what a run will cost before it starts (fmhpc --check): exact
  * parameter counts from the model's tensor table, bytes per rank for each
- * arena, and FLOPs. The arena sizes here are the ones the step loop will
- * allocate, so the two are kept in one place. */
+ * arena at the chosen dp x tp, the bytes one rank sends per step over tp and
+ * over dp, FLOPs, and whether it fits &parallel device_mem_gib (if not, the
+ * smallest tp, micro-batch and recompute that do). The arena sizes are the
+ * ones the step loop allocates (model tables, dist/reduce.c's buffers), so
+ * the two are kept in one place. All byte counts are int64, every product
+ * checked (fm_mul_i64): a plan that overflows is refused, never wrapped. */
 #include "fmhpc/train.h"
 
 #include <string.h>
+
+#include "fmhpc/dist.h"
+
+/* Checked int64 arithmetic: the first overflow sets *bad and the result is 0. */
+static int64_t mul(bool *bad, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (fm_mul_i64(a, b, &r)) *bad = true;
+  return *bad ? 0 : r;
+}
+static int64_t add(bool *bad, int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) *bad = true;
+  return *bad ? 0 : r;
+}
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 static int64_t params_on_rank(const FmTensorTable *tab, int tp) {
   int64_t n = 0;
   for (int i = 0; i < tab->n; i++) {
     const FmTensor *t = &tab->t[i];
-    n += t->tp == FM_TP_NONE ? t->numel : (t->numel + tp - 1) / tp;
+    n += t->tp == FM_TP_NONE ? t->numel : ceil_div(t->numel, tp);
   }
   return n;
+}
+
+/* The shapes one tp rank holds in Megatron's layout: whole KV heads with
+ * their query heads, a 1/tp slice of the MLP width and of the vocabulary;
+ * the residual stream and the norms stay whole. Its activation table is the
+ * model's own table at these dims. */
+static FmModelDims tp_local_dims(const FmModelDims *d, int tp) {
+  FmModelDims l = *d;
+  l.NH = d->NH / tp;
+  l.NKV = d->NKV / tp;
+  l.F = ceil_div(d->F, tp);
+  l.V = ceil_div(d->V, tp);
+  return l;
+}
+
+/* The largest ZeRO-1 shard of n elements over dp ranks (fm_zero_range's). */
+static int64_t largest_shard(int64_t n, int dp) {
+  int64_t s = 1;
+  for (int r = 0; r < dp; r++) {
+    int64_t lo = 0, hi = 0;
+    fm_zero_range(n, FM_DIST_BLOCK, dp, r, &lo, &hi);
+    if (hi - lo > s) s = hi - lo;
+  }
+  return s;
+}
+
+typedef struct Layout {
+  int tp, dp;
+  int64_t b; /* micro-batch */
+  bool recompute;
+} Layout;
+
+/* Memory and communication of one layout into p (p->model, dims, optim set). */
+static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, Layout lay, bool *bad) {
+  const FmConfig *c = &deck->c;
+  const FmModelDims *d = &p->dims;
+  const bool bf16 = c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16;
+  const bool exact = c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT;
+  const bool zero = c->parallel.zero != 0;
+  const int64_t n = params_on_rank(tab, lay.tp), S = largest_shard(n, lay.dp), P = lay.dp;
+  const int64_t cb = bf16 ? 2 : 4, mine = zero ? S : n; /* optimizer-side elements on this rank */
+  p->n_params_rank = n;
+  p->shard = S;
+  p->compute_bytes = (int)cb;
+  p->params = mul(bad, n, cb);
+  p->master = bf16 ? mul(bad, mine, 4) : 0; /* with f32 compute the weights are the master */
+  p->grads = mul(bad, n, 4);
+  /* dist/reduce.c: exact: int64 accumulator (P*S) and shard (S), f32 staging S and P*S; fast: f32 P*S twice. */
+  p->grad_accum = exact ? add(bad, mul(bad, mul(bad, P, S), 12), mul(bad, S, 12)) : mul(bad, mul(bad, P, S), 8);
+  p->optim_state = mul(bad, mul(bad, mine, 4), p->optim->state_per_param);
+  const FmModelDims l = tp_local_dims(d, lay.tp);
+  p->act = mul(bad, fm_model_act_elems(p->model, &l, lay.b, false), cb);
+  p->act_recompute = mul(bad, fm_model_act_elems(p->model, &l, lay.b, true), cb);
+  int64_t fixed = add(bad, add(bad, p->params, p->master), add(bad, p->grads, p->grad_accum));
+  fixed = add(bad, fixed, p->optim_state);
+  p->total = add(bad, fixed, lay.recompute ? p->act_recompute : p->act);
+
+  /* Over tp, per micro-batch (Megatron, no sequence parallelism): each layer
+   * sums b*T*C activations twice forward (after the row-parallel o_proj and
+   * down projection) and twice backward (the input gradients of the
+   * column-parallel QKV and gate/up, or c_fc), twice more when recompute
+   * runs the forward again; plus the vocab-parallel embedding's forward sum
+   * and the LM head's input gradient. A sum is fm_comm_sum_ordered (an
+   * all-gather, then adds in rank order): each rank sends (tp-1) copies. */
+  const int64_t mb_rank = c->train.global_batch / lay.b / P, bT = mul(bad, lay.b, d->T);
+  const int64_t sums = add(bad, add(bad, mul(bad, 4, d->L), 2), lay.recompute ? mul(bad, 2, d->L) : 0);
+  const int64_t tp1 = lay.tp - 1;
+  p->tp_act = mul(bad, mul(bad, mul(bad, tp1 * 4, mul(bad, bT, d->C)), sums), mb_rank);
+  /* Vocab-parallel cross-entropy: the row max, the sum of exponentials and the target's logit, b*T each. */
+  p->tp_xent = mul(bad, mul(bad, tp1 * 4 * 3, bT), mb_rank);
+  /* Over dp, per step: the ring reduce-scatter of P blocks of S (int64 exact, f32 fast), the f32 all-gather of
+   * S per rank, and in exact mode the max of the per-block scales (a ring all-reduce of nb floats) and the
+   * norm's block sums (an all-gather of ceil(S/block) doubles). */
+  p->dp_grad = mul(bad, mul(bad, P - 1, S), exact ? 8 : 4);
+  p->dp_gather = mul(bad, mul(bad, P - 1, S), 4);
+  const int64_t nb = ceil_div(n, FM_DIST_BLOCK);
+  p->dp_scales =
+      add(bad, exact ? mul(bad, 2 * (P - 1), ceil_div(nb, P) * 4) : 0, mul(bad, P - 1, ceil_div(S, FM_DIST_BLOCK) * 8));
+}
+
+static int valid_tp(const FmPlan *p, int tp) { return p->world % tp == 0 && p->dims.NKV % tp == 0; }
+
+/* The deck's micro-batch count must split evenly over dp. */
+static bool micro_ok(const FmDeck *deck, int64_t b, int dp) {
+  const int64_t B = deck->c.train.global_batch;
+  return B % b == 0 && (B / b) % dp == 0;
+}
+
+/* Smallest tp first; with it the largest micro-batch up to the deck's, first
+ * with the deck's recompute, then with recompute on. */
+static void plan_fit(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, bool *bad) {
+  FmPlan q = *p;
+  const bool rec0 = deck->c.model.recompute;
+  for (int tp = 1; tp <= p->world; tp++) {
+    if (!valid_tp(p, tp)) continue;
+    for (int pass = 0; pass < (rec0 ? 1 : 2); pass++)
+      for (int64_t b = deck->c.train.micro_batch; b >= 1; b--) {
+        if (!micro_ok(deck, b, p->world / tp)) continue;
+        const Layout lay = {tp, p->world / tp, b, rec0 || pass == 1};
+        plan_cost(&q, deck, tab, lay, bad);
+        if (*bad) return;
+        if (q.total <= p->device_mem) {
+          p->fit_tp = tp;
+          p->fit_micro = b;
+          p->fit_recompute = lay.recompute;
+          p->fit_total = q.total;
+          return;
+        }
+      }
+  }
 }
 
 static int plan_layout(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
@@ -65,32 +194,98 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   FmTensorTable tab;
   fm_model_param_table(&tab, p->model, &p->dims);
   p->n_params = tab.numel;
-  p->n_params_rank = params_on_rank(&tab, p->tp);
+  bool bad = false;
+  const Layout lay = {p->tp, p->dp, c->train.micro_batch, c->model.recompute};
+  plan_cost(p, deck, &tab, lay, &bad);
+  p->device_mem = (int64_t)(c->parallel.device_mem_gib * 1073741824.0);
+  if (!bad && p->device_mem > 0 && p->total > p->device_mem) plan_fit(p, deck, &tab, &bad);
   fm_table_free(&tab);
-
-  const double n = (double)p->n_params_rank;
-  const int bf16 = c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16;
-  const int zero = (int)c->parallel.zero;
-  const double shard = zero ? 1.0 / p->dp : 1.0;
-  p->compute_bytes = bf16 ? 2 : 4;
-  p->params = n * p->compute_bytes;
-  p->master = bf16 ? n * 4 * shard : 0; /* with f32 compute the weights are the master */
-  p->grads = n * 4;
-  p->grad_accum = n * (c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT ? 8 : 4);
-  p->optim_state = n * 4 * p->optim->state_per_param * shard;
-  const int64_t b = c->train.micro_batch;
-  /* From the activation table the model allocates (and its batch buffers). */
-  p->act = (double)fm_model_act_elems(p->model, &p->dims, b, false) * p->compute_bytes / p->tp;
-  p->act_recompute = (double)fm_model_act_elems(p->model, &p->dims, b, true) * p->compute_bytes / p->tp;
+  if (bad) {
+    fm_deck_error(deck, err, FM_KEY_train_global_batch,
+                  "the plan's bytes per rank or per step overflow int64 at this model and batch "
+                  "(a smaller global_batch, micro_batch or model)");
+    return FM_EDECK;
+  }
   p->tokens_per_step = c->train.global_batch * p->dims.T;
   p->flops_per_token = p->model->train_flops_per_token(&p->dims);
   p->flops_per_step = p->flops_per_token * (double)p->tokens_per_step;
   return 0;
 }
 
-static void row(FILE *out, const char *what, double bytes, const char *note) {
-  char b[32];
-  fprintf(out, "  %-28s %12s   %s\n", what, fm_fmt_bytes(b, sizeof b, bytes), note);
+/* One figure: readable size, exact bytes, and the formula it came from. */
+static void row(FILE *out, const char *what, int64_t bytes, const char *formula) {
+  char b[32], e[32];
+  fprintf(out, "  %-26s %10s %19s B   %s\n", what, fm_fmt_bytes(b, sizeof b, (double)bytes),
+          fm_fmt_count(e, sizeof e, bytes), formula);
+}
+
+static void print_memory(const FmPlan *p, const FmDeck *deck, FILE *out) {
+  const FmConfig *c = &deck->c;
+  const bool zero = c->parallel.zero != 0;
+  char n1[32], n2[32], f[160];
+  fprintf(out, "memory per rank (%s, %s, ZeRO-%lld; n = %s parameters on this rank, S = %s its largest dp shard):\n",
+          c->train.precision, p->optim->name, (long long)c->parallel.zero,
+          fm_fmt_count(n1, sizeof n1, p->n_params_rank), fm_fmt_count(n2, sizeof n2, p->shard));
+  row(out, "weights (compute copy)", p->params,
+      p->compute_bytes == 2 ? "n x 2 (bf16)" : "n x 4 (fp32, also the master)");
+  if (p->master > 0) row(out, "fp32 master", p->master, zero ? "S x 4" : "n x 4");
+  row(out, "gradients", p->grads, "n x 4 (fp32, one micro-batch)");
+  row(out, "reduction buffers", p->grad_accum,
+      c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT
+          ? "(dp x S + S) x 12 (int64 accumulator + fp32 staging, determinism='exact')"
+          : "dp x S x 8 (fp32 staging)");
+  snprintf(f, sizeof f, "%s x 4 x %d (fp32 state values per parameter)", zero ? "S" : "n", p->optim->state_per_param);
+  row(out, "optimizer state", p->optim_state, f);
+  snprintf(f, sizeof f, "model table at b = %lld, tp-local NH/tp, NKV/tp, F/tp, V/tp, x %d",
+           (long long)c->train.micro_batch, p->compute_bytes);
+  row(out, "activations", p->act, f);
+  row(out, "activations (recompute)", p->act_recompute, "the same, one layer's kept at a time");
+  row(out, "total", p->total, c->model.recompute ? "with recompute (deck)" : "without recompute (deck)");
+}
+
+static void print_comm(const FmPlan *p, const FmDeck *deck, FILE *out) {
+  const FmConfig *c = &deck->c;
+  const bool exact = c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT;
+  fprintf(out, "communication per step, bytes one rank sends (M/dp = %lld micro-batches of b = %lld on each rank):\n",
+          (long long)(p->micro_batches / p->dp), (long long)c->train.micro_batch);
+  fprintf(out, "  over tp (%d rank%s, inside a node; fixed-order sums: all-gather, then add in rank order)\n", p->tp,
+          p->tp == 1 ? "" : "s");
+  row(out, "activation sums", p->tp_act,
+      c->model.recompute ? "(tp-1) x 4 x b*T*C x (4L+2 + 2L recompute) x M/dp" : "(tp-1) x 4 x b*T*C x (4L+2) x M/dp");
+  row(out, "vocab-parallel xent", p->tp_xent, "(tp-1) x 4 x 3 b*T x M/dp (max, sum-exp, target logit)");
+  fprintf(out, "  over dp (%d rank%s, across nodes)\n", p->dp, p->dp == 1 ? "" : "s");
+  row(out, "gradient reduce-scatter", p->dp_grad, exact ? "(dp-1) x S x 8 (int64, exact)" : "(dp-1) x S x 4 (fp32)");
+  row(out, c->parallel.zero ? "weight all-gather" : "gradient all-gather", p->dp_gather, "(dp-1) x S x 4 (fp32)");
+  row(out, "scales, norm blocks", p->dp_scales,
+      exact ? "2(dp-1) x ceil(nb/dp) x 4 + (dp-1) x ceil(S/65536) x 8, nb = ceil(n/65536)"
+            : "(dp-1) x ceil(S/65536) x 8");
+}
+
+static void print_fit(const FmPlan *p, FILE *out) {
+  char need[32], have[32], got[32];
+  fm_fmt_bytes(need, sizeof need, (double)p->total);
+  if (p->device_mem <= 0) {
+    fprintf(out, "fit        device memory unknown (set &parallel device_mem_gib to test the %s per rank)\n", need);
+    return;
+  }
+  fm_fmt_bytes(have, sizeof have, (double)p->device_mem);
+  if (p->total <= p->device_mem) {
+    fprintf(out, "fit        %s per rank of a %s device: fits\n", need, have);
+    return;
+  }
+  fprintf(out, "fit        %s per rank of a %s device: DOES NOT FIT\n", need, have);
+  if (p->fit_tp == 0) {
+    fprintf(out,
+            "           no tp dividing %d ranks and %lld KV heads fits, at any micro-batch, with recompute: "
+            "more ranks or a smaller model\n",
+            p->world, (long long)p->dims.NKV);
+    return;
+  }
+  fprintf(out, "           smallest that fits: tp %d, micro_batch %lld, recompute %s (%s per rank):\n", p->fit_tp,
+          (long long)p->fit_micro, p->fit_recompute ? "on" : "off",
+          fm_fmt_bytes(got, sizeof got, (double)p->fit_total));
+  fprintf(out, "           suggest: parallel%%tp=%d train%%micro_batch=%lld model%%recompute=%s\n", p->fit_tp,
+          (long long)p->fit_micro, p->fit_recompute ? ".true." : ".false.");
 }
 
 void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out) {
@@ -111,22 +306,9 @@ void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out) {
   fprintf(out, "batch      %lld sequences = %lld micro-batches of %lld, %lld per dp rank; %s tokens per step\n",
           (long long)c->train.global_batch, (long long)p->micro_batches, (long long)c->train.micro_batch,
           (long long)(p->micro_batches / p->dp), fm_fmt_count(n1, sizeof n1, p->tokens_per_step));
-  fprintf(out, "memory per rank (%s, %s, ZeRO-%lld):\n", c->train.precision, p->optim->name,
-          (long long)c->parallel.zero);
-  row(out, "weights (compute copy)", p->params, p->compute_bytes == 2 ? "bf16" : "fp32 (also the master)");
-  if (p->master > 0) row(out, "fp32 master shard", p->master, c->parallel.zero ? "1/dp of the weights" : "full");
-  row(out, "gradients", p->grads, "fp32, one micro-batch");
-  row(out, "gradient accumulator", p->grad_accum,
-      c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT ? "int64 fixed point (determinism='exact')" : "fp32");
-  char note[64];
-  snprintf(note, sizeof note, "%d fp32 values per parameter%s", p->optim->state_per_param,
-           c->parallel.zero ? ", 1/dp" : "");
-  row(out, "optimizer state", p->optim_state, note);
-  const double fixed = p->params + p->master + p->grads + p->grad_accum + p->optim_state;
-  row(out, "activations", p->act, "micro-batch, recompute off");
-  row(out, "activations (recompute)", p->act_recompute, "micro-batch, recompute on");
-  row(out, "total", fixed + (c->model.recompute ? p->act_recompute : p->act),
-      c->model.recompute ? "with recompute (deck)" : "without recompute (deck)");
+  print_memory(p, deck, out);
+  print_comm(p, deck, out);
+  print_fit(p, out);
   fprintf(out, "compute    %.4g GFLOP per token (6N + attention), %.4g TFLOP per step\n", p->flops_per_token / 1e9,
           p->flops_per_step / 1e12);
 }

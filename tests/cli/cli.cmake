@@ -29,7 +29,14 @@ fm_cli_test(check_flagship_np4 RC 0 CMD ${FM_MPI} 4 $<TARGET_FILE:fmhpc> --check
             MATCH "== plan for 4 ranks: dp 4 x tp 1 ==" "parameters 1,203,807,744"
             COUNT_RE "== plan for" COUNT 1)
 fm_cli_test(check_what_if_ranks RC 0 CMD $<TARGET_FILE:fmhpc> --check --ranks 64 ${FM_IN}/llama2.in
-            MATCH "== plan for 64 ranks: dp 8 x tp 8 ==" "parameters 6,738,415,616")
+            MATCH "== plan for 64 ranks: dp 8 x tp 8 ==" "parameters 6,738,415,616 \\(842,534,912 per rank"
+                  "total +[0-9.]+ GiB +19,142,639,424 B" "over tp \\(8 ranks" "activation sums .* B   \\(tp-1\\)"
+                  "over dp \\(8 ranks" "gradient reduce-scatter .* 5,897,945,088 B")
+# --check's per-rank memory and per-step communication at dp x tp, and its fit
+# suggestion, equal a second derivation by hand in Python (small models and the 7B).
+add_test(NAME cli.check_plan_by_hand COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_plan.py
+         $<TARGET_FILE:fmhpc> ${FM_IN})
+set_tests_properties(cli.check_plan_by_hand PROPERTIES LABELS unit ENVIRONMENT "${FMHPC_TEST_ENV}" TIMEOUT 120)
 fm_cli_test(check_gpt2_small RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_small.in
             MATCH "parameters 124,439,808")
 foreach(deck gpt2_nano llama_nano)
@@ -76,6 +83,10 @@ fm_cli_test(overflow_seq_len RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2
             MATCH "&model seq_len = 4600000000000000000: must be <= 2\\^50")
 fm_cli_test(overflow_logits RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in model%seq_len=46000000000
             MATCH "&model seq_len = 46000000000: a micro-batch's logits \\(b x T x V\\) would hold more than 2\\^50")
+# The 7B at 2^37 sequences per step: each rank would send more than 2^63 bytes over tp.
+fm_cli_test(overflow_plan_bytes RC 2 CMD $<TARGET_FILE:fmhpc> --check --ranks 64 ${FM_IN}/llama2.in train%global_batch=137438953472
+            MATCH "&train global_batch = 137438953472: the plan's bytes per rank or per step overflow int64"
+            NOMATCH "activation sums")
 fm_cli_test(overflow_layers RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in model%d_model=1000000000
             model%n_layer=1000000000
             MATCH "&model d_model = 1000000000: the stacked attention weights \\(L x NH\\*HS x C\\) would hold more than 2\\^50"

@@ -12,12 +12,16 @@ not honoured), and fails listing each key no other code names.
 
 PENDING names keys whose reader is being written in another branch of the same
 issue; each is listed on every run so it cannot be forgotten, and an entry
-whose key has become read is reported so it can go."""
+whose key has become read is reported so it can go. PLAN_ONLY names keys
+that only describe the machine to --check (their help must say "--check")."""
 import pathlib
 import re
 import sys
 
 PENDING = {}  # "group.key": "what will read it (issue, branch)"
+# Keys that by their help text only describe the machine to --check's plan
+# (they change no run); each with the reason it acts nowhere else.
+PLAN_ONLY = {"parallel.device_mem_gib": "the device size --check tests the plan against (help text says so)"}
 NOT_ACTING = {"src/train/plan.c"}
 
 repo = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ".")
@@ -39,6 +43,12 @@ unread, pending_now_read = [], []
 for g, k in keys:
     read = re.search(rf"(\.|->){g}\.{k}(_n)?\b|choice\[FM_KEY_{g}_{k}\]", code) is not None
     name = f"{g}.{k}"
+    if name in PLAN_ONLY:
+        if read:
+            print(f"note: {name} is read outside the plan now: remove it from PLAN_ONLY")
+        elif "--check" not in keys_def.split(f"FM_KEY({g}, {k},")[1].split("\n")[0]:
+            unread.append(name)  # a plan-only key must say so in its help
+        continue
     if name in PENDING:
         if read:
             pending_now_read.append(name)

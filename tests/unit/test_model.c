@@ -98,10 +98,14 @@ FM_TEST(plan_bytes_and_flops) {
   const double N = 1203807744.0;
   FM_EXPECT_EQ_INT(p.dp, 4);
   FM_EXPECT_EQ_INT(p.micro_batches, 128);
-  FM_EXPECT_NEAR(p.params, N * 2, 0, 0);        /* bf16 compute copy */
-  FM_EXPECT_NEAR(p.master, N * 4 / 4, 0, 0);    /* fp32 master, 1/dp */
-  FM_EXPECT_NEAR(p.grad_accum, N * 8, 0, 0);    /* int64 accumulator */
-  FM_EXPECT_NEAR(p.optim_state, N * 8 / 4, 0, 0); /* AdamW m, v; 1/dp */
+  /* ZeRO-1 shards are whole 65536-element blocks: 18369 blocks over 4 ranks
+   * split at 4592, 9184, 13776; the last rank's 4593 (ending at N) is the largest. */
+  const double S = N - 13776.0 * 65536;
+  FM_EXPECT_NEAR((double)p.shard, S, 0, 0);
+  FM_EXPECT_NEAR((double)p.params, N * 2, 0, 0);                /* bf16 compute copy */
+  FM_EXPECT_NEAR((double)p.master, S * 4, 0, 0);                /* fp32 master, the largest dp shard */
+  FM_EXPECT_NEAR((double)p.grad_accum, (4 * S + S) * 12, 0, 0); /* int64 accumulator + f32 staging (reduce.c) */
+  FM_EXPECT_NEAR((double)p.optim_state, S * 8, 0, 0);           /* AdamW m, v of the shard */
   /* 6 x matmul params + 12 L (NH HS) T: matmul params exclude the embedding
    * lookup and the norms. */
   const double matmul = N - 100000.0 * 1536 - 1536.0 * (2 * 24 + 1);
@@ -130,8 +134,7 @@ FM_TEST(activation_count_by_hand) {
    * ln2 40, fc + gelu 2*4*32=256, residual 32 -> 536. Outside: embeddings 32,
    * lnf 40 -> 72 (the per-token losses and logits live in the batch buffers,
    * not the table). */
-  const char *o[] = {"model%d_model=8", "model%n_layer=2", "model%n_head=2", "model%vocab_size=16",
-                     "model%seq_len=4"};
+  const char *o[] = {"model%d_model=8", "model%n_layer=2", "model%n_head=2", "model%vocab_size=16", "model%seq_len=4"};
   FmDeck d;
   FM_REQUIRE(load(&d, "gpt2_nano.in", 5, o) == 0);
   FmModelDims dims;

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""check_plan.py FMHPC INPUTS: `fmhpc --check`'s per-rank memory and
+per-step communication for dp x tp against a second derivation written here
+by hand from the architecture (Megatron layout, ZeRO-1 over dp, the exact
+int64 reduction's buffers), for small and 7B models, and its fit suggestion
+against a brute-force search over (tp, micro-batch, recompute).
+
+Every figure is parsed from the exact byte column ("1,234 B") and must be
+equal, not close. The run fails when a row is missing, a number differs, or
+fewer figures than expected were compared."""
+import re
+import subprocess
+import sys
+
+FMHPC, INPUTS = sys.argv[1], sys.argv[2]
+BLOCK = 65536  # FM_DIST_BLOCK: ZeRO shards and reduction scales are whole blocks
+XENT_VC = 2048  # vocab columns per cross-entropy chunk (the CPU op's scratch)
+GIB = 1 << 30
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+# ---- the models, written out from their architecture ------------------------
+def param_tensors(m):
+    """(numel, split) of every stored tensor; split: None, 'col', 'row', 'vocab'."""
+    C, L, NH, NKV, HS, F, V, T = (m[k] for k in ("C", "L", "NH", "NKV", "HS", "F", "V", "T"))
+    if m["arch"] == "gpt2":
+        t = [(V * C, "vocab"), (T * C, None)]
+        t += [(L * C, None)] * 2  # ln1 w, b
+        t += [(L * 3 * C * C, "col"), (L * 3 * C, "col"), (L * C * C, "row"), (L * C, None)]  # attention
+        t += [(L * C, None)] * 2  # ln2 w, b
+        t += [(L * F * C, "col"), (L * F, "col"), (L * C * F, "row"), (L * C, None)]  # MLP
+        t += [(C, None)] * 2  # final LayerNorm
+    else:
+        Q, KV = NH * HS, NKV * HS
+        t = [(V * C, "vocab"), (L * C, None), (L * Q * C, "col"), (L * KV * C, "col"), (L * KV * C, "col")]
+        t += [(L * C * Q, "row"), (L * C, None), (L * F * C, "col"), (L * F * C, "col"), (L * C * F, "row")]
+        t += [(C, None)]
+    if not m["tied"]:
+        t.append((V * C, "vocab"))
+    return t
+
+
+def act_elems(m, tp, b, recompute):
+    """Floats one tp rank allocates for activations: its heads, 1/tp of F and V."""
+    C, L, T = m["C"], m["L"], m["T"]
+    NH, NKV, HS = m["NH"] // tp, m["NKV"] // tp, m["HS"]
+    F, V = cdiv(m["F"], tp), cdiv(m["V"], tp)
+    BT, Q, KV = b * T, NH * HS, NKV * HS
+    per_layer_copies = 1 if recompute else L
+    if m["arch"] == "gpt2":
+        layer = (BT * C + 2 * BT) + 3 * BT * Q + BT * Q + b * NH * T + BT * C + (BT * C + 2 * BT) + 2 * BT * F
+        once = BT * C + 2 * BT
+        grad = 3 * BT * C + BT * Q + 3 * BT * Q + BT * F
+    else:
+        layer = (BT * C + BT) + BT * Q + 2 * BT * KV + BT * Q + b * NH * T + BT * C + (BT * C + BT) + 3 * BT * F
+        once = BT * C + BT
+        grad = 3 * BT * C + 2 * BT * Q + 2 * BT * KV + 2 * BT * F
+    resid = (L + 1) * BT * C
+    N = BT
+    extra = N + b * C + b * V + (N * min(V, XENT_VC) + 3 * N)  # token weights, logits rows, xent scratch
+    return resid + per_layer_copies * layer + once + grad + extra
+
+
+def zero_shards(n, dp):
+    nb = cdiv(n, BLOCK)
+    out = []
+    for r in range(dp):
+        lo, hi = min(nb * r // dp * BLOCK, n), min(nb * (r + 1) // dp * BLOCK, n)
+        out.append(hi - lo)
+    return out
+
+
+def plan(m, run, tp, b, recompute):
+    """Memory (bytes) and per-step bytes sent, for one rank."""
+    dp = run["world"] // tp
+    n = sum(x if s is None else cdiv(x, tp) for x, s in param_tensors(m))
+    S = max(1, max(zero_shards(n, dp)))
+    cb = 2 if run["bf16"] else 4
+    mine = S if run["zero"] else n
+    r = {"n": n, "S": S}
+    r["weights (compute copy)"] = n * cb
+    r["fp32 master"] = mine * 4 if run["bf16"] else None
+    r["gradients"] = n * 4
+    r["reduction buffers"] = (dp * S + S) * 12 if run["exact"] else dp * S * 8
+    r["optimizer state"] = mine * 4 * run["nstate"]
+    r["activations"] = act_elems(m, tp, b, False) * cb
+    r["activations (recompute)"] = act_elems(m, tp, b, True) * cb
+    fixed = sum(r[k] or 0 for k in ("weights (compute copy)", "fp32 master", "gradients", "reduction buffers",
+                                    "optimizer state"))
+    r["total"] = fixed + r["activations (recompute)" if recompute else "activations"]
+    mb_rank = run["B"] // b // dp
+    # Megatron: per layer 2 sums forward, 2 backward (+2 when recompute repeats the forward),
+    # plus the embedding's forward and the LM head's input gradient; each sum is an all-gather.
+    sums = 4 * m["L"] + 2 + (2 * m["L"] if recompute else 0)
+    r["activation sums"] = (tp - 1) * 4 * b * m["T"] * m["C"] * sums * mb_rank
+    r["vocab-parallel xent"] = (tp - 1) * 4 * 3 * b * m["T"] * mb_rank
+    r["gradient reduce-scatter"] = (dp - 1) * S * (8 if run["exact"] else 4)
+    r["weight all-gather" if run["zero"] else "gradient all-gather"] = (dp - 1) * S * 4
+    nb = cdiv(n, BLOCK)
+    r["scales, norm blocks"] = (2 * (dp - 1) * cdiv(nb, dp) * 4 if run["exact"] else 0) + (dp - 1) * cdiv(S, BLOCK) * 8
+    return r
+
+
+def fit_search(m, run, mem):
+    """Smallest tp dividing the ranks and NKV; the largest micro-batch up to
+    the deck's; the deck's recompute first, then recompute on."""
+    for tp in range(1, run["world"] + 1):
+        if run["world"] % tp or m["NKV"] % tp:
+            continue
+        dp = run["world"] // tp
+        for rec in ([True] if run["recompute"] else [False, True]):
+            for b in range(run["b"], 0, -1):
+                if run["B"] % b or (run["B"] // b) % dp:
+                    continue
+                if plan(m, run, tp, b, rec)["total"] <= mem:
+                    return tp, b, rec
+    return None
+
+
+# ---- running fmhpc and reading its figures -----------------------------------
+compared = 0
+
+
+def check(name, args, m, run, device_gib=None):
+    global compared
+    cmd = [FMHPC, "--check"] + args
+    if device_gib is not None:
+        cmd.append(f"parallel%device_mem_gib={device_gib}")
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"FAIL: {name}: {' '.join(cmd)} exited {out.returncode}\n{out.stderr}")
+    text = out.stdout
+    got = {}
+    for line in text.splitlines():
+        mm = re.match(r"^  (\S.*?)\s{2,}\S+ \S*\s+([\d,]+) B   ", line)
+        if mm:
+            got[mm.group(1)] = int(mm.group(2).replace(",", ""))
+    tp = run["tp"]
+    want = plan(m, run, tp, run["b"], run["recompute"])
+    hdr = re.search(r"n = ([\d,]+) parameters on this rank, S = ([\d,]+) its largest dp shard", text)
+    if not hdr:
+        sys.exit(f"FAIL: {name}: no 'memory per rank' header in\n{text}")
+    bad = []
+    for key, val in (("n", int(hdr.group(1).replace(",", ""))), ("S", int(hdr.group(2).replace(",", "")))):
+        compared += 1
+        if val != want[key]:
+            bad.append(f"{key}: fmhpc {val:,}, hand {want[key]:,}")
+    for key, val in want.items():
+        if key in ("n", "S") or val is None:
+            continue
+        compared += 1
+        if key not in got:
+            bad.append(f"row '{key}' missing")
+        elif got[key] != val:
+            bad.append(f"{key}: fmhpc {got[key]:,} B, hand {val:,} B")
+    if "params_total" in m:
+        compared += 1
+        if f"parameters {m['params_total']:,} (" not in text:
+            bad.append(f"total parameters {m['params_total']:,} not printed")
+        hand_total = sum(x for x, _ in param_tensors(m))
+        if hand_total != m["params_total"]:
+            bad.append(f"hand parameter formula gives {hand_total:,}, the published count is {m['params_total']:,}")
+    if device_gib is not None:
+        mem = int(device_gib * GIB)
+        compared += 1
+        if want["total"] <= mem:
+            if "fits\n" not in text:
+                bad.append(f"{want['total']:,} B <= {mem:,} B but no 'fits'")
+        else:
+            sug = fit_search(m, run, mem)
+            if sug is None:
+                if "no tp dividing" not in text:
+                    bad.append("nothing fits, but fmhpc does not say so")
+            else:
+                tps, bs, rec = sug
+                line = f"suggest: parallel%tp={tps} train%micro_batch={bs} model%recompute={'.true.' if rec else '.false.'}"
+                if line not in text:
+                    bad.append(f"expected '{line}'")
+    if bad:
+        print(text)
+        for b in bad:
+            print(f"FAIL: {name}: {b}")
+        sys.exit(1)
+    print(f"ok: {name}: dp {run['world'] // tp} x tp {tp}: total {want['total']:,} B per rank, "
+          f"tp sends {want['activation sums'] + want['vocab-parallel xent']:,} B, "
+          f"dp sends {want['gradient reduce-scatter']:,} + {want.get('weight all-gather', want.get('gradient all-gather')):,} B per step")
+
+
+LLAMA_NANO = dict(arch="llama", C=128, L=4, NH=4, NKV=2, HS=32, F=352, V=50257, T=128, tied=False)
+GPT2_NANO = dict(arch="gpt2", C=128, L=4, NH=4, NKV=4, HS=32, F=512, V=50257, T=128, tied=True)
+LLAMA2_7B = dict(arch="llama", C=4096, L=32, NH=32, NKV=32, HS=128, F=11008, V=32000, T=4096, tied=False,
+                 params_total=6738415616)  # the published Llama-2-7B count
+
+deck = f"{INPUTS}/llama_nano.in"
+check("llama_nano dp2 x tp2, exact, fp32", ["--ranks", "4", deck, "parallel%tp=2"], LLAMA_NANO,
+      dict(world=4, tp=2, b=4, B=16, bf16=False, exact=True, zero=True, nstate=2, recompute=False))
+check("llama_nano dp4 x tp2, fast, bf16, ZeRO-0, recompute, lion",
+      ["--ranks", "8", deck, "parallel%tp=2", "train%determinism='fast'", "train%precision='p=f32,c=bf16'",
+       "parallel%zero=0", "model%recompute=.true.", "optim%name='lion'", "train%global_batch=32"], LLAMA_NANO,
+      dict(world=8, tp=2, b=4, B=32, bf16=True, exact=False, zero=False, nstate=1, recompute=True))
+check("gpt2_nano dp3 x tp4 (odd dp, uneven shards)", ["--ranks", "12", f"{INPUTS}/gpt2_nano.in", "parallel%tp=4",
+      "train%global_batch=24", "train%micro_batch=2"], GPT2_NANO,
+      dict(world=12, tp=4, b=2, B=24, bf16=False, exact=True, zero=True, nstate=2, recompute=False))
+run7b = dict(world=64, tp=8, b=1, B=1024, bf16=True, exact=True, zero=True, nstate=2, recompute=True)
+check("llama2 7B on 64 ranks (deck tp 8)", ["--ranks", "64", f"{INPUTS}/llama2.in"], LLAMA2_7B, run7b)
+check("llama2 7B, 80 GiB devices", ["--ranks", "64", f"{INPUTS}/llama2.in"], LLAMA2_7B, run7b, device_gib=80)
+check("llama2 7B, 16 GiB devices", ["--ranks", "64", f"{INPUTS}/llama2.in"], LLAMA2_7B, run7b, device_gib=16)
+check("llama2 7B, 1 GiB devices", ["--ranks", "64", f"{INPUTS}/llama2.in"], LLAMA2_7B, run7b, device_gib=1)
+run_nano = dict(world=8, tp=1, b=4, B=32, bf16=False, exact=True, zero=True, nstate=2, recompute=False)
+nano8 = ["--ranks", "8", deck, "train%global_batch=32"]
+for gib, what in ((0.25, "tp must grow"), (0.17, "tp and micro-batch must change"), (50 / 1024, "nothing fits")):
+    check(f"llama_nano 8 ranks tp 1, a {gib * 1024:.0f} MiB device ({what})", nano8, LLAMA_NANO, run_nano, gib)
+if compared < 10 * 14:
+    sys.exit(f"FAIL: compared only {compared} figures")
+print(f"PASS: {compared} --check figures equal the hand derivation")

@@ -29,3 +29,10 @@ endforeach()
 set_tests_properties(slurm.sbatch_nano PROPERTIES FIXTURES_REQUIRED "slurm_cluster;reg_data" FIXTURES_SETUP slurm_ref)
 set_tests_properties(slurm.preempt_requeue slurm.two_nodes PROPERTIES
                      FIXTURES_REQUIRED "slurm_cluster;reg_data;slurm_ref")
+# regression/suite.sh --short submitted as a centre would (sbatch --nodes=2): dp 2
+# across the virtual nodes with the same bits as on one node, tp 2 x dp 2 once tp lands.
+add_test(NAME slurm.suite_short
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/suite_case.sh $<TARGET_FILE:fmhpc> ${FM_SLURM_CLUSTER}
+                 ${PROJECT_SOURCE_DIR} ${FM_SLURM_DIR}/work)
+set_tests_properties(slurm.suite_short PROPERTIES LABELS slurm TIMEOUT 600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT "${FMHPC_TEST_ENV}" PROCESSORS 2 RUN_SERIAL ON FIXTURES_REQUIRED slurm_cluster)

@@ -19,6 +19,10 @@ void fm_sha256_init(FmSha256 *s);
 void fm_sha256_update(FmSha256 *s, const void *data, size_t n);
 void fm_sha256_final(FmSha256 *s, uint8_t out[32]);
 void fm_sha256(const void *data, size_t n, uint8_t out[32]);
+/* Tests and benchmarks: which compression the hashes use: 0 the portable C,
+ * 1 the x86 SHA extensions when the CPU has them, -1 (or 2) leave/restore the
+ * CPUID choice. Returns the one in use, "portable" or "x86 SHA extensions". */
+const char *fm__sha256_impl(int which);
 /* 2*n lowercase hex digits and a NUL into hex (room for 2*n+1). */
 void fm_hex(const uint8_t *bytes, size_t n, char *hex);
 

@@ -1,9 +1,19 @@
 /* sha256.c: SHA-256 as specified in FIPS 180-4 section 6.2 (the test vectors
  * of FIPS 180-2 appendix B are in tests/unit/test_sha256.c). Portable C: the
- * message schedule and compression follow the standard's notation. */
+ * message schedule and compression follow the standard's notation. On x86-64
+ * CPUs with the SHA extensions (Intel since Goldmont/Ice Lake, AMD since Zen)
+ * the compression runs on them instead, chosen once by CPUID: store and
+ * checkpoint checksums hash every byte written and read, and the portable
+ * form was 30% of a prep's time. Same digests (test_sha256 compares both). */
 #include "fmhpc/hash.h"
 
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#define FM_SHA_X86 1
+#endif
 
 static const uint32_t K[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -35,6 +45,71 @@ static void compress(uint32_t h[8], const uint8_t p[64]) {
   h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
 }
 
+static void compress_blocks_portable(uint32_t h[8], const uint8_t *p, size_t nblocks) {
+  for (; nblocks; nblocks--, p += 64) compress(h, p);
+}
+
+#ifdef FM_SHA_X86
+/* The SHA extensions keep the state as ABEF and CDGH (lane 3 first); each
+ * sha256rnds2 does two rounds from the low two words of W+K, sha256msg1/msg2
+ * extend the message schedule four words at a time (Intel's SHA extensions
+ * reference, "New Instructions Supporting the Secure Hash Algorithm"). */
+__attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani(uint32_t h[8], const uint8_t *p,
+                                                                              size_t nblocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i dcba = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[0]), 0xB1); /* CDAB */
+  __m128i efgh = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[4]), 0x1B); /* EFGH */
+  __m128i abef = _mm_alignr_epi8(dcba, efgh, 8);
+  __m128i cdgh = _mm_blend_epi16(efgh, dcba, 0xF0);
+  for (; nblocks; nblocks--, p += 64) {
+    const __m128i abef0 = abef, cdgh0 = cdgh;
+    __m128i w[4]; /* w[g % 4] holds W[4g .. 4g+3] when group g's rounds run */
+    for (size_t i = 0; i < 4; i++) w[i] = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p + 16 * i)), bswap);
+    for (int g = 0; g < 16; g++) {
+      const __m128i wk = _mm_add_epi32(w[g & 3], _mm_loadu_si128((const __m128i *)&K[(size_t)4 * g]));
+      cdgh = _mm_sha256rnds2_epu32(cdgh, abef, wk);
+      abef = _mm_sha256rnds2_epu32(abef, cdgh, _mm_shuffle_epi32(wk, 0x0E));
+      if (g < 12) { /* W[4g+16 ..] = W[t-16] + s0(W[t-15]) + W[t-7] + s1(W[t-2]) */
+        __m128i t = _mm_sha256msg1_epu32(w[g & 3], w[(g + 1) & 3]);
+        t = _mm_add_epi32(t, _mm_alignr_epi8(w[(g + 3) & 3], w[(g + 2) & 3], 4));
+        w[g & 3] = _mm_sha256msg2_epu32(t, w[(g + 3) & 3]);
+      }
+    }
+    abef = _mm_add_epi32(abef, abef0);
+    cdgh = _mm_add_epi32(cdgh, cdgh0);
+  }
+  const __m128i feba = _mm_shuffle_epi32(abef, 0x1B), dchg = _mm_shuffle_epi32(cdgh, 0xB1);
+  _mm_storeu_si128((__m128i *)&h[0], _mm_blend_epi16(feba, dchg, 0xF0)); /* DCBA */
+  _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));    /* HGFE */
+}
+
+static int cpu_has_sha(void) {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSSE3) || !(c & bit_SSE4_1)) return 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_SHA);
+}
+#endif
+
+typedef void (*CompressFn)(uint32_t h[8], const uint8_t *p, size_t nblocks);
+static CompressFn compress_blocks;
+
+static CompressFn pick_compress(void) {
+#ifdef FM_SHA_X86
+  if (cpu_has_sha()) return compress_blocks_shani;
+#endif
+  return compress_blocks_portable;
+}
+
+const char *fm__sha256_impl(int which) {
+  if (which == 0) compress_blocks = compress_blocks_portable;
+#ifdef FM_SHA_X86
+  else if (which == 1 && cpu_has_sha()) compress_blocks = compress_blocks_shani;
+#endif
+  else if (which >= 0) compress_blocks = pick_compress();
+  if (!compress_blocks) compress_blocks = pick_compress();
+  return compress_blocks == compress_blocks_portable ? "portable" : "x86 SHA extensions";
+}
+
 void fm_sha256_init(FmSha256 *s) {
   static const uint32_t H0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
@@ -51,10 +126,16 @@ void fm_sha256_update(FmSha256 *s, const void *data, size_t n) {
     memcpy(s->buf + s->nbuf, p, take);
     s->nbuf += take, p += take, n -= take;
     if (s->nbuf < 64) return;
-    compress(s->h, s->buf);
+    if (!compress_blocks) compress_blocks = pick_compress(); /* a benign race: every thread stores the same */
+    compress_blocks(s->h, s->buf, 1);
     s->nbuf = 0;
   }
-  for (; n >= 64; p += 64, n -= 64) compress(s->h, p);
+  if (n >= 64) {
+    if (!compress_blocks) compress_blocks = pick_compress();
+    compress_blocks(s->h, p, n / 64);
+    p += n / 64 * 64;
+    n %= 64;
+  }
   memcpy(s->buf, p, n);
   s->nbuf = n;
 }

@@ -47,13 +47,16 @@ else
   TOK_REPS=3 OPS_BT="4 1024" STEP_CASES='.' STEP_STEPS=5 RED_N=124439808 RED_REPS=3 CK_REPS=2 CK_LAYERS=12
 fi
 
-# tokenizer: fmhpc vs npm gpt-tokenizer, tokens/s on one core
+# tokenizer: fmhpc vs its npm peers, tokens/s on one core (bench/tokenize/run.sh)
 if run tokenize bash "$ROOT/bench/tokenize/run.sh" "$BUILD" "$TOK_REPS"; then
+  tps() { grep "^$1" "$LOGS/tokenize" | head -1 | sed 's/.* \([0-9]*\) tokens\/s/\1/'; }
   for enc in r50k_base cl100k_base; do
-    f=$(grep "^fmhpc .*$enc" "$LOGS/tokenize" | sed 's/.* \([0-9]*\) tokens\/s/\1/')
-    n=$(grep "^gpt-tokenizer $enc" "$LOGS/tokenize" | sed 's/.* \([0-9]*\) tokens\/s/\1/')
+    f=$(tps "fmhpc .*$enc") n=$(tps "gpt-tokenizer $enc") t=$(tps "tiktoken $enc")
     row "tokenize $enc (1 core)" "$f tok/s" "gpt-tokenizer (npm) $n tok/s" "$(ratio "$f" "$n")" ">= 3x"
+    row "tokenize $enc (1 core)" "$f tok/s" "tiktoken (npm, WASM) $t tok/s" "$(ratio "$f" "$t")" ">= 1x"
   done
+  f=$(tps "fmhpc .*tokenizer.json") h=$(tps "hf-tokenizers")
+  row "tokenize Llama-3 tokenizer.json (1 core)" "$f tok/s" "HF tokenizers (npm, native) $h tok/s" "$(ratio "$f" "$h")" ">= 1x"
 fi
 
 # ops: GFLOP/s of the model ops against one whole-matrix OpenBLAS sgemm

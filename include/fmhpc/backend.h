@@ -45,14 +45,21 @@ const FmBackend *fm_backend_cuda(int *status);
 /* By name: "cpu", "cuda" or "auto" (cuda when usable, else cpu), case-insensitive.
  * Unknown name: NULL and FM_EINVAL. */
 const FmBackend *fm_backend_get(const char *name, int *status);
+/* What a caller needs of a backend (fm_backend_choose's `need`, or-ed). */
+enum {
+  FM_NEED_MODEL = 1,  /* every op ops.def marks `model` (a model's forward and backward) */
+  FM_NEED_DECODE = 2, /* attention_decode (generation) */
+  FM_NEED_HOST = 4    /* the caller reads backend buffers as host memory */
+};
 /* The backend a run uses, and why, in words for the log and --check (`why`,
- * n bytes). need_model: the caller runs the model ops (training). need_host:
- * the caller's loop reads backend buffers as host memory (today's training
- * step). "auto" takes CUDA only when it is usable and has what the caller
- * needs, else the CPU, and says which reason decided; "cpu" and "cuda" are
- * taken as asked, or NULL with *status FM_EUNSUPPORTED / FM_ENODEV and the
- * reason in `why`. Unknown name: NULL and FM_EINVAL. */
-const FmBackend *fm_backend_choose(const char *name, int need_model, int need_host, char *why, int n, int *status);
+ * n bytes). "auto" takes CUDA only when it is usable and has every op `need`
+ * names, else the CPU, and says which reason decided; "cpu" and "cuda" are
+ * taken as asked, or NULL with *status FM_EUNSUPPORTED (an op missing, named
+ * in `why`) / FM_ENODEV. Unknown name: NULL and FM_EINVAL. */
+const FmBackend *fm_backend_choose(const char *name, int need, char *why, int n, int *status);
+/* Tests only: make fm_backend_cuda hand out `table` (the SIMT-emulated kernel
+ * table of the fmhpc_emu build) as if a device answered; NULL undoes it. */
+void fm_backend_set_cuda_stand_in(const FmBackend *table);
 
 /* ---- the CPU ops, callable directly (tests, tools): fm_cpu_<op> for every
  * op of ops.def, the readable specification of its contract. */

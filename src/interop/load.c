@@ -2,6 +2,7 @@
  * its weights initialised from the deck or imported from an HF directory,
  * the import status agreed by every rank; and the store-against-model check
  * (fm_model_check_store). train, eval, generate and ifd all start here. */
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -18,25 +19,37 @@ static bool is_checkpoint(const char *path) {
 
 /* The weights of an fmhpc checkpoint: its /params, every checksum verified
  * (collective over comm). */
-static int import_checkpoint(FmModel *m, const char *path, FmComm *comm, FILE *err) {
+static int import_checkpoint(FmModel *m, float *w, const char *path, FmComm *comm, FILE *err) {
   if (!comm) {
     if (err) fprintf(err, "fmhpc: %s: loading a checkpoint needs the ranks' communicator (internal)\n", path);
     return FM_EINVAL;
   }
   char why[12288];
-  int rc = fm_ckpt_read_params(path, fm_model_params(m), fm_model_param_arena(m), comm, why, sizeof why);
+  int rc = fm_ckpt_read_params(path, fm_model_params(m), w, comm, why, sizeof why);
   if (rc && err) fprintf(err, "fmhpc: %s\nhint: a model is an fmhpc checkpoint (step_N.h5) or an HF directory\n", why);
   return rc;
 }
 
-int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err) {
-  if (is_checkpoint(hf_dir)) return import_checkpoint(m, hf_dir, comm, err);
+static int import_into(FmModel *m, float *w, const char *hf_dir, FmComm *comm, FILE *err) {
+  if (is_checkpoint(hf_dir)) return import_checkpoint(m, w, hf_dir, comm, err);
   const FmModelDims *d = fm_model_param_dims(m);
-  int rc = fm_hf_import(hf_dir, fm_model_get_kind(m), d, fm_model_params(m), fm_model_param_arena(m), err);
+  int rc = fm_hf_import(hf_dir, fm_model_get_kind(m), d, fm_model_params(m), w, err);
   if (!comm) return rc;
   int32_t bad = rc != 0, any = 0; /* import errors are usually seen by every rank alike; be sure */
   FM_CHECK(fm_comm_allreduce(comm, &bad, &any, 1, FM_DT_I32, FM_OP_MAX));
   return rc ? rc : (any ? FM_EIO : 0);
+}
+
+/* On a device backend the weights are read into host memory, then copied. */
+int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err) {
+  const FmBackend *be = fm_model_backend(m);
+  if (be->host_accessible) return import_into(m, fm_model_param_arena(m), hf_dir, comm, err);
+  const int64_t bytes = fm_model_params(m)->numel * (int64_t)sizeof(float);
+  float *w = fm_xmalloc((size_t)bytes);
+  int rc = import_into(m, w, hf_dir, comm, err);
+  if (!rc) be->copy_to_device(fm_model_param_arena(m), w, bytes);
+  free(w);
+  return rc;
 }
 
 int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts *o, FmComm *comm, FILE *err) {

@@ -33,9 +33,18 @@ static void set_status(int *status, int value) {
   if (status) *status = value;
 }
 
+/* Tests only: the table fm_backend_cuda hands out instead of the real one. */
+static const FmBackend *fm__cuda_stand_in;
+
+void fm_backend_set_cuda_stand_in(const FmBackend *table) { fm__cuda_stand_in = table; }
+
 const FmBackend *fm_backend_cpu(void) { return &fm__cpu_backend; }
 
 const FmBackend *fm_backend_cuda(int *status) {
+  if (fm__cuda_stand_in) {
+    set_status(status, FM_OK);
+    return fm__cuda_stand_in;
+  }
 #ifdef FMHPC_HAVE_CUDA
   int count = 0;
   int rc = fm_cuda_device_count(&count);
@@ -67,24 +76,45 @@ const FmBackend *fm_backend_get(const char *name, int *status) {
   return NULL;
 }
 
-/* What a usable backend lacks for the caller, or NULL when it has it all. */
-static const char *lacks(const FmBackend *b, int need_model, int need_host) {
-  if (need_model && !b->matmul_fwd) return "its model ops are not built";
-  if (need_host && !b->host_accessible) return "the training step reads its buffers on the host, and CUDA's are device memory (the CUDA step loop is not wired yet)";
+/* What a usable backend lacks for the caller (in words, into buf), or NULL
+ * when it has every op the caller's `need` names. */
+static const char *lacks(const FmBackend *b, int need, char *buf, size_t n) {
+  if (need & FM_NEED_MODEL) {
+#define FM__NEED_OP_extra(op)
+#define FM__NEED_OP_model(op)                                                                 \
+  if (!b->op) {                                                                               \
+    snprintf(buf, n, "the %s build has no %s op, which every model step runs", b->name, #op); \
+    return buf;                                                                               \
+  }
+#define FM_OP(name, cuda, use, ret, params) FM__NEED_OP_##use(name)
+#include "fmhpc/ops.def"
+#undef FM_OP
+#undef FM__NEED_OP_model
+#undef FM__NEED_OP_extra
+  }
+  if ((need & FM_NEED_DECODE) && !b->attention_decode) {
+    snprintf(buf, n, "the %s build has no attention_decode op, which generation runs", b->name);
+    return buf;
+  }
+  if ((need & FM_NEED_HOST) && !b->host_accessible) {
+    snprintf(buf, n, "this task reads the backend's buffers on the host, and %s's are device memory", b->name);
+    return buf;
+  }
   return NULL;
 }
 
-const FmBackend *fm_backend_choose(const char *name, int need_model, int need_host, char *why, int n, int *status) {
+const FmBackend *fm_backend_choose(const char *name, int need, char *why, int n, int *status) {
   int st = FM_OK;
   const FmBackend *b = fm_backend_get(name, &st);
   const int is_auto = name && fm_strcasecmp(name, "auto") == 0;
+  char buf[160];
   if (!b) {
     set_status(status, st);
     snprintf(why, (size_t)n, "backend '%s': %s", name ? name : "(null)", fm_strerror(st));
     return NULL;
   }
   if (!is_auto) {
-    const char *miss = lacks(b, need_model, need_host);
+    const char *miss = lacks(b, need, buf, sizeof buf);
     set_status(status, miss ? FM_EUNSUPPORTED : FM_OK);
     snprintf(why, (size_t)n, "%s", miss ? miss : "as the deck asks");
     return miss ? NULL : b;
@@ -96,11 +126,11 @@ const FmBackend *fm_backend_choose(const char *name, int need_model, int need_ho
     snprintf(why, (size_t)n, "auto: no CUDA backend (%s)", fm_strerror(cst));
     return b;
   }
-  const char *miss = lacks(b, need_model, need_host);
+  const char *miss = lacks(b, need, buf, sizeof buf);
   if (miss) {
     snprintf(why, (size_t)n, "auto: a CUDA device is usable, but %s", miss);
     return fm_backend_cpu();
   }
-  snprintf(why, (size_t)n, "auto: a CUDA device is usable");
+  snprintf(why, (size_t)n, "auto: a CUDA device is usable and its build has every op the run needs");
   return b;
 }

@@ -52,6 +52,8 @@ typedef struct Run {
   FmSchedule sched;
   FmSpike spike;
   float *gshard;
+  float *wh, *gh;      /* the weights and one gradient as the host sees them: the model's arenas on a host
+                          backend; on a device backend (CUDA) host copies, kept in sync by the loop */
   float *gfull;        /* &parallel zero = 0: (numel) the whole gradient, for the replicated optimizer; else NULL */
   float **state_shard; /* &parallel zero = 0: each optimizer state array at this rank's shard (checkpoints) */
   FmMetrics *metrics;
@@ -70,6 +72,24 @@ typedef struct Run {
 static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
   FmModelInput in = {mb->tokens, targets ? targets : mb->targets, mb->position_ids, mb->segment_ids};
   return in;
+}
+
+/* ---- device buffers ----------------------------------------------------- */
+/* On a backend whose buffers the host cannot read (CUDA), forward and backward
+ * run on the device and the reduction, clip and optimizer read host copies:
+ * the gradient is copied out after each micro-batch (exact mode: the int64
+ * quantisation needs each one; fast mode: once, after the model summed them)
+ * and the updated weights copied back. On the CPU backend wh and gh are the
+ * arenas and these copy nothing. */
+static void grad_to_host(Run *r) {
+  if (r->gh == fm_model_grad_arena(r->model)) return;
+  r->be->copy_to_host(r->gh, fm_model_grad_arena(r->model), fm_model_params(r->model)->numel * (int64_t)sizeof(float));
+}
+
+static void weights_to_device(Run *r) {
+  if (r->wh == fm_model_param_arena(r->model)) return;
+  r->be->copy_to_device(fm_model_param_arena(r->model), r->wh,
+                        fm_model_params(r->model)->numel * (int64_t)sizeof(float));
 }
 
 /* ---- the step --------------------------------------------------------- */
@@ -98,7 +118,7 @@ static int64_t read_step(Run *r, int64_t step) {
  * (computed again with wider scales if the exact reduction overflowed).
  * Returns the step's loss summed in micro-batch order (any rank count). */
 static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bool *nonfinite) {
-  float *grad = fm_model_grad_arena(r->model);
+  float *grad = r->gh;
   do {
     fm_reduce_begin(&r->red);
     fm_model_zero_grad(r->model);
@@ -106,10 +126,16 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
       if (r->red.exact && i > 0) fm_model_zero_grad(r->model);
       FmModelInput in = model_input(&r->mb[i], targets ? targets[i] : NULL);
       r->mloss[i] = fm_model_forward_backward(r->model, &in, r->weights + i * r->b * r->T, true);
-      if (i == 0 && r->nan_at[0] && t >= r->nan_at[0] && t <= r->nan_at[1] && r->dp->rank == r->nan_at[2])
-        grad[r->nan_offset] = NAN; /* the test hook: one rank's gradient poisoned */
-      if (r->red.exact) fm_reduce_add(&r->red, grad);
+      if (i == 0 && r->nan_at[0] && t >= r->nan_at[0] && t <= r->nan_at[1] && r->dp->rank == r->nan_at[2]) {
+        const float nan = NAN; /* the test hook: one rank's gradient poisoned */
+        r->be->copy_to_device(fm_model_grad_arena(r->model) + r->nan_offset, &nan, sizeof nan);
+      }
+      if (r->red.exact) {
+        grad_to_host(r);
+        fm_reduce_add(&r->red, grad);
+      }
     }
+    if (!r->red.exact) grad_to_host(r);
   } while (fm_reduce_finish(&r->red, grad, r->gshard, nonfinite));
   FM_CHECK(fm_comm_allgather(r->dp, r->mloss, r->mloss_all, r->count, FM_DT_F64));
   double loss = 0;
@@ -176,13 +202,14 @@ static int report_nonfinite(const Run *r, int64_t t, double loss) {
  * state is replicated: the gradient shards are all-gathered and every rank
  * updates the whole vector (elementwise, so the same bits as ZeRO-1). */
 static void update(Run *r, int64_t t, double lr) {
-  float *w = fm_model_param_arena(r->model);
+  float *w = r->wh;
   if (r->gfull) {
     fm_optim_step(r->opt, w, opt_grad(r), t, (float)lr);
-    return;
+  } else {
+    fm_optim_step(r->opt, w + fm_reduce_lo(&r->red), r->gshard, t, (float)lr);
+    FM_CHECK(fm_reduce_allgather(&r->red, w));
   }
-  fm_optim_step(r->opt, w + fm_reduce_lo(&r->red), r->gshard, t, (float)lr);
-  FM_CHECK(fm_reduce_allgather(&r->red, w));
+  weights_to_device(r);
 }
 
 static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
@@ -226,19 +253,24 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
 /* This rank's sustained fp32 GEMM rate on a 512^3 problem (MFU's peak when
  * &log peak_tflops is 0): a measured roof, not the vendor's. */
 static double measure_peak(const FmBackend *be) {
-  const int64_t n = 512;
-  float *a = fm_xcalloc((size_t)(n * n), sizeof *a), *c = fm_xcalloc((size_t)(n * n), sizeof *c);
-  for (int64_t i = 0; i < n * n; i++) a[i] = (float)(i % 7) * 0.1f;
+  const int64_t n = 512, bytes = n * n * (int64_t)sizeof(float);
+  float *h = fm_xcalloc((size_t)(n * n), sizeof *h);
+  for (int64_t i = 0; i < n * n; i++) h[i] = (float)(i % 7) * 0.1f;
+  float *a = be->alloc(bytes), *c = be->alloc(bytes);
+  be->copy_to_device(a, h, bytes);
   be->matmul_fwd(c, a, a, NULL, n, n, n);
+  if (be->synchronize) be->synchronize();
   double best = 1e30;
   for (int k = 0; k < 3; k++) {
     double t0 = fm_now_s();
     be->matmul_fwd(c, a, a, NULL, n, n, n);
+    if (be->synchronize) be->synchronize(); /* a device queues the GEMM: time its end */
     double dt = fm_now_s() - t0;
     best = dt < best ? dt : best;
   }
-  free(a);
-  free(c);
+  be->free(a);
+  be->free(c);
+  free(h);
   return 2.0 * (double)(n * n * n) / best;
 }
 
@@ -303,18 +335,20 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   if (c->train.threads > 0) omp_set_num_threads((int)c->train.threads);
   int status = 0;
   char why[256];
-  r->be = fm_backend_choose(c->train.backend, 1, 1, why, (int)sizeof why, &status);
+  r->be = fm_backend_choose(c->train.backend, FM_NEED_MODEL, why, (int)sizeof why, &status);
   if (!r->be) {
     fm_deck_error(deck, err, FM_KEY_train_backend, "training cannot use this backend: %s", why);
-    if (err) fprintf(err, "hint: backend = 'auto' or 'cpu' (training runs on the CPU backend in this version)\n");
+    if (err)
+      fprintf(err, "hint: backend = 'auto' or 'cpu' (auto takes CUDA when the build and the device have every op)\n");
     return FM_EDECK;
   }
   fm_log0("backend: %s (%s)", r->be->name, why);
-  /* &parallel comm: the training buffers live on the host (CPU backend), so
-   * 'auto' is MPI's collectives; NCCL reduces device buffers. */
+  /* &parallel comm: the loop reduces host buffers (the CPU backend's, or on
+   * CUDA the host copies of the gradients), so 'auto' is MPI's collectives. */
   if (c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL) {
     fm_deck_error(deck, err, FM_KEY_parallel_comm, "NCCL collectives need the CUDA backend; training runs on %s here",
-                  "the CPU backend, whose buffers MPI reduces");
+                  r->be->host_accessible ? "the CPU backend, whose buffers MPI reduces"
+                                         : "CUDA, but reduces host copies of the gradients with MPI in this version");
     if (err) fprintf(err, "hint: comm = 'auto' or 'mpi'\n");
     return FM_EDECK;
   }
@@ -329,6 +363,14 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->model = lm.model;
   if (rc) return rc;
   r->T = r->dims.T;
+  const int64_t numel = fm_model_params(r->model)->numel;
+  r->wh = fm_model_param_arena(r->model);
+  r->gh = fm_model_grad_arena(r->model);
+  if (!r->be->host_accessible) { /* host copies of the device's weights and gradient */
+    r->wh = fm_xcalloc((size_t)numel, sizeof *r->wh);
+    r->gh = fm_xcalloc((size_t)numel, sizeof *r->gh);
+    r->be->copy_to_host(r->wh, fm_model_param_arena(r->model), numel * (int64_t)sizeof(float));
+  }
   if ((rc = open_data(r, err))) return rc;
   fm_sampler_my_micro(&r->sampler, &r->first, &r->count);
 
@@ -376,6 +418,8 @@ static void teardown(Run *r) {
   free(r->mloss);
   free(r->mloss_all);
   free(r->gshard);
+  if (r->model && r->wh != fm_model_param_arena(r->model)) free(r->wh);
+  if (r->model && r->gh != fm_model_grad_arena(r->model)) free(r->gh);
   free(r->gfull);
   free(r->state_shard);
   if (r->opt) fm_optim_free(r->opt);
@@ -421,7 +465,7 @@ static void log_act_stats(Run *r, int64_t step) {
 static void weights_hash(Run *r, char hex[65]) {
   const FmTensorTable *pt = fm_model_params(r->model);
   uint8_t d[32];
-  fm_sha256(fm_model_param_arena(r->model), (size_t)pt->numel * sizeof(float), d);
+  fm_sha256(r->wh, (size_t)pt->numel * sizeof(float), d);
   fm_hex(d, 32, hex);
 }
 
@@ -456,7 +500,7 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
                    .samples = fm_sampler_samples_at(&r->sampler, step), /* B may have changed on a resume */
                    .seed = r->c->run.seed, .optim_name = fm_optim_params(r->opt)->kind->name,
                    .model_name = r->kind->name, .deck_text = r->deck_text, .run_name = r->c->run.name};
-  fm_dist_state_of_run(&s.dist, fm_model_params(r->model), fm_model_param_arena(r->model), &r->red, r->opt,
+  fm_dist_state_of_run(&s.dist, fm_model_params(r->model), r->wh, &r->red, r->opt,
                        r->gfull ? r->state_shard : NULL /* zero = 0: the shards of replicated state */, &r->spike);
   snprintf(s.run_id, sizeof s.run_id, "%s", r->run_id);
   return s;
@@ -479,7 +523,8 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   free(s.deck_read);
   if (rc) return rc;
   fm_sampler_resume(&r->sampler, s.step, s.samples);
-  FM_CHECK(fm_reduce_allgather(&r->red, fm_model_param_arena(r->model))); /* every rank read only its shard */
+  FM_CHECK(fm_reduce_allgather(&r->red, r->wh)); /* every rank read only its shard */
+  weights_to_device(r);
   const FmTensorTable *st = fm_optim_state_table(r->opt);
   for (int i = 0; r->gfull && i < st->n; i++) /* replicated optimizer state: every rank needs all of it */
     FM_CHECK(fm_reduce_allgather(&r->red, fm_optim_state_arrays(r->opt)[i]));
@@ -595,7 +640,8 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
           "%s reduction, %s",
           c->run.name, r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps,
           (long long)r.B, (long long)r.T, dp->size, dp->kind, (long long)c->parallel.zero,
-          r.red.exact ? "exact" : "fast", fm_cpu_blas_info());
+          r.red.exact ? "exact" : "fast",
+          r.be->host_accessible ? fm_cpu_blas_info() : "model ops on the device, reduction and optimizer on host copies");
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();
@@ -654,7 +700,7 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
     }
     write_summary(&r, &rec, val, secs, hash);
     snprintf(path, sizeof path, "%s/final", c->run.out_dir);
-    rc = fm_hf_export(path, r.kind, &r.dims, fm_model_params(r.model), fm_model_param_arena(r.model), err);
+    rc = fm_hf_export(path, r.kind, &r.dims, fm_model_params(r.model), r.wh, err);
   }
   fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0);
   char vbuf[32] = "none (no &data valid)";

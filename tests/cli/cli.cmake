@@ -92,7 +92,9 @@ fm_cli_test(overflow_layers RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_
             MATCH "&model d_model = 1000000000: the stacked attention weights \\(L x NH\\*HS x C\\) would hold more than 2\\^50"
             NOMATCH "parameters")
 # Backend choice: 'auto' says what it took and why (on these machines the CPU:
-# no device, or a build without CUDA); 'cuda' for training is refused with the reason.
+# no device, or a build without CUDA); 'cuda' for training is refused with the
+# reason where no CUDA backend exists (here: this build has none; with the
+# emulated backend, tests/kernels/tests.cmake's emu_* cases: a missing op).
 fm_cli_test(check_backend_auto RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in
             MATCH "backend    cpu \\(auto: ")
 fm_cli_test(train_backend_cuda_refused RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in "train%backend='cuda'"

@@ -41,3 +41,41 @@ foreach(t IN LISTS emu_tests)
   get_filename_component(base ${t} NAME_WE)
   set_target_properties(${base} PROPERTIES LINKER_LANGUAGE CXX)
 endforeach()
+
+# fmhpc_emu: the fmhpc executable whose backend 'cuda' is the emulated kernel
+# table above (tests only; FMHPC_EMU_SCHEDULE picks the thread order). The
+# training runs of tests/kernels/emu_train.sh drive it through task='train'.
+file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/simt/fmhpc_main.c
+     CONTENT "#define main fmhpc_main\n#include \"${PROJECT_SOURCE_DIR}/src/main.c\"\n" @ONLY)
+add_executable(fmhpc_emu ${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/fmhpc_emu.c ${CMAKE_CURRENT_BINARY_DIR}/simt/fmhpc_main.c)
+target_compile_options(fmhpc_emu PRIVATE ${FMHPC_C_FLAGS})
+target_include_directories(fmhpc_emu PRIVATE ${FM_SIMT_DIR})
+target_link_libraries(fmhpc_emu PRIVATE fmhpc_lib fm_simt_kernels)
+set_target_properties(fmhpc_emu PROPERTIES LINKER_LANGUAGE CXX)
+set(FM_EMU_TRAIN_WORK ${PROJECT_BINARY_DIR}/tests/kernels/emu_train)
+foreach(case IN ITEMS data llama gpt2)
+  add_test(NAME emu.train_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/emu_train.sh ${case} $<TARGET_FILE:fmhpc>
+                   $<TARGET_FILE:fmhpc_emu> ${MPIEXEC_EXECUTABLE} ${PROJECT_BINARY_DIR}/tests/data/fixtures
+                   ${FM_EMU_TRAIN_WORK})
+  set_tests_properties(emu.train_${case} PROPERTIES LABELS emu TIMEOUT 300 ENVIRONMENT "${FMHPC_TEST_ENV}"
+                       PROCESSORS 2)
+  if(case STREQUAL "data")
+    set_tests_properties(emu.train_${case} PROPERTIES FIXTURES_SETUP emu_train_data FIXTURES_REQUIRED data_fx)
+  else()
+    set_tests_properties(emu.train_${case} PROPERTIES FIXTURES_REQUIRED emu_train_data)
+  endif()
+endforeach()
+# The backend choice with a CUDA backend present (the emulated one): 'auto'
+# takes it when it has every op the run needs, else the CPU with the missing
+# op named; 'cuda' without a needed op is refused, naming it.
+set(FM_EMU_DROP ${CMAKE_COMMAND} -E env FMHPC_EMU_DROP_OP=rope_fwd $<TARGET_FILE:fmhpc_emu>)
+fm_cli_test(emu_check_auto_cuda RC 0 CMD $<TARGET_FILE:fmhpc_emu> --check ${FM_IN}/gpt2_nano.in
+            MATCH "backend    cuda \\(emulated\\) \\(auto: a CUDA device is usable and its build has every op the run needs\\)")
+fm_cli_test(emu_check_auto_missing_op RC 0 CMD ${FM_EMU_DROP} --check ${FM_IN}/llama_nano.in
+            MATCH "backend    cpu \\(auto: a CUDA device is usable, but the cuda \\(emulated\\) build has no rope_fwd op")
+fm_cli_test(emu_train_cuda_missing_op RC 2 CMD ${FM_EMU_DROP} ${FM_IN}/llama_nano.in "train%backend='cuda'"
+            MATCH "training cannot use this backend: the cuda \\(emulated\\) build has no rope_fwd op"
+                  "hint: backend = 'auto' or 'cpu'")
+set_tests_properties(cli.emu_check_auto_cuda cli.emu_check_auto_missing_op cli.emu_train_cuda_missing_op
+                     PROPERTIES LABELS emu)

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# emu_train.sh CASE FMHPC FMHPC_EMU MPIEXEC FIXTURES WORK: task='train' with
+# backend='cuda' on the emulated GPU (fmhpc_emu: every model kernel of
+# src/tensor/cuda/ run by the SIMT emulator, buffers not host-accessible, so
+# the train loop takes its device path). Label emu; seconds per case.
+#   data   a BPE of 320 ids trained on linux-doc, a store of 32-token rows
+#          packed bfd_split with document-reset positions (segment ids: the
+#          document mask) and a validation store
+#   llama  tiny Llama (GQA 4 query heads over 2 KV heads, untied), AdamW,
+#   gpt2   tiny GPT-2 (tied embeddings), AdamW; each 3 steps of 4 sequences
+#          in micro-batches of 1, exact reduction, and a validation pass:
+#     - the CPU backend's losses (3 steps and validation) within 1e-6
+#       relative of the emulated CUDA run's. Why not bitwise: the kernels
+#       sum in other orders than the CPU ops (GEMM k-order, attention tiles,
+#       cross-entropy vocab chunks), each result a few fp32 ulps (~1e-7)
+#       away; three AdamW steps keep that at ~1e-9 relative here (observed),
+#       while a wrong gradient of any tensor at lr 1e-2 moves the step-2 and
+#       step-3 losses by > 1e-4;
+#     - the same loss bits and weights SHA-256 under the forward and a
+#       seeded random thread schedule (FMHPC_EMU_SCHEDULE), and at 1 and 2
+#       MPI ranks (the exact int64 reduction);
+#     - llama only: a run preempted after step 2 (checkpoint written from
+#       the device path) and resumed with resume='auto' at 2 ranks under the
+#       reverse schedule ends with the uninterrupted run's bits.
+set -euo pipefail
+case_=$1 FMHPC=$2 EMU=$3 MPIEXEC=$4 FX=$5 WORK=$6
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+DATA=$WORK/data
+fail() { echo "FAIL: $*"; exit 1; }
+mkdir -p "$WORK"
+cd "$WORK"
+
+if [ "$case_" = data ]; then
+  rm -rf "$DATA" && mkdir -p "$DATA"
+  "$MPIEXEC" -n 1 "$FMHPC" "$SRC/inputs/tokenizer_train.in" "tokenizer%inputs='$FX/linuxdoc_small.jsonl'" \
+    "tokenizer%output='$DATA/tok.json'" tokenizer%vocab_size=320 > "$DATA/tok.log" 2>&1 ||
+    { tail -20 "$DATA/tok.log"; fail "tokenizer"; }
+  "$MPIEXEC" -n 1 "$FMHPC" "$SRC/inputs/prep_linuxdoc_nano.in" "prep%inputs='$FX/linuxdoc_small.jsonl'" \
+    "prep%output='$DATA/store'" "prep%tokenizer='$DATA/tok.json'" prep%seq_len=32 prep%progress_seconds=0 \
+    > "$DATA/prep.log" 2>&1 || { tail -20 "$DATA/prep.log"; fail "prep"; }
+  echo "PASS: data ($(grep -c . "$DATA/prep.log") prep log lines)"
+  exit 0
+fi
+
+common=("data%train='$DATA/store/train.json'" "data%valid='$DATA/store/valid.json'" model%vocab_size=320
+        model%seq_len=32 model%d_model=32 model%n_layer=2 train%steps=3 train%global_batch=4 train%micro_batch=1
+        "train%determinism='exact'" "optim%name='adamw'" optim%lr=1e-2 optim%warmup_steps=1 eval%every=0
+        eval%batches=2 log%every=1 log%plot=F log%peak_tflops=1 ckpt%every=0 "ckpt%resume='none'")
+case $case_ in
+llama) deck=(llama_nano.in model%n_head=4 model%n_kv_head=2 model%d_ff=64 model%tie_embeddings=F) ;;
+gpt2) deck=(gpt2_nano.in model%n_head=2 model%tie_embeddings=T) ;;
+*) fail "unknown case $case_" ;;
+esac
+args=("$SRC/inputs/${deck[0]}" "${deck[@]:1}" "${common[@]}")
+D=$WORK/$case_
+rm -rf "$D" && mkdir -p "$D"
+# run NAME NP BINARY [SCHEDULE] [ARGS...]
+run() {
+  local name=$1 np=$2 bin=$3 sched=$4
+  shift 4
+  FMHPC_EMU_SCHEDULE=$sched timeout -k 5 240 "$MPIEXEC" -n "$np" "$bin" "${args[@]}" "run%out_dir='$D/$name'" "$@" \
+    > "$D/$name.log" 2>&1 || { local rc=$?; [ "$name" = ck2 ] && return $rc; tail -30 "$D/$name.log"; fail "$name did not run"; }
+}
+run cpu 1 "$FMHPC" forward "train%backend='cpu'"
+run fwd 1 "$EMU" forward "train%backend='cuda'"
+run rnd 1 "$EMU" random:12345 "train%backend='cuda'"
+run np2 2 "$EMU" forward "train%backend='cuda'"
+grep -q "^backend: cuda (emulated) (as the deck asks)" "$D/fwd.log" || fail "fwd: no 'backend: cuda (emulated)' line"
+grep -q "^backend: cpu (as the deck asks)" "$D/cpu.log" || fail "cpu: no 'backend: cpu' line"
+runs=(fwd rnd np2)
+if [ "$case_" = llama ]; then # checkpoint on the device path, resume at another rank count
+  rc=0 # a preemption signal after step 2: checkpoint, exit 3 (requeue)
+  FMHPC_CKPT_TEST_SIGNAL_AT=2 run ck2 1 "$EMU" forward "train%backend='cuda'" "ckpt%dir='$D/ck'" || rc=$?
+  [ "$rc" = 3 ] || { tail -30 "$D/ck2.log"; fail "ck2: exit $rc, expected 3 (preempted after step 2)"; }
+  run ck3 2 "$EMU" reverse "train%backend='cuda'" ckpt%every=1 "ckpt%dir='$D/ck'" "ckpt%resume='auto'"
+  grep -q "^resume: .*step 2" "$D/ck3.log" || fail "ck3 did not resume from step 2"
+  runs+=(ck3)
+fi
+/usr/bin/python3 - "$D" cpu "${runs[@]}" <<'PY'
+import json, sys
+d, cpu, runs = sys.argv[1], sys.argv[2], sys.argv[3:]
+def read(name):
+    recs = [json.loads(l) for l in open(f"{d}/{name}/metrics.jsonl")]
+    steps = {r["step"]: (r["loss"], r["loss_hex"]) for r in recs if "loss_hex" in r}
+    val = [r for r in recs if "val_loss" in r]
+    summ = json.load(open(f"{d}/{name}/summary.json"))
+    return steps, val[-1]["val_loss"] if val else None, summ["weights_sha256"]
+ref_steps, ref_val, _ = read(cpu)
+fwd_steps, fwd_val, fwd_sha = read(runs[0])
+bad, n, worst = 0, 0, 0.0
+if sorted(ref_steps) != [1, 2, 3] or sorted(fwd_steps) != [1, 2, 3] or ref_val is None or fwd_val is None:
+    sys.exit(f"FAIL: missing step losses or val_loss: cpu {sorted(ref_steps)}, {runs[0]} {sorted(fwd_steps)}")
+pairs = [(f"step {s}", ref_steps[s][0], fwd_steps[s][0]) for s in (1, 2, 3)] + [("val", ref_val, fwd_val)]
+for what, a, b in pairs:
+    rel = abs(a - b) / abs(a)
+    worst = max(worst, rel)
+    n += 1
+    print(f"{what}: loss cpu {a:.9f} cuda(emulated) {b:.9f} rel {rel:.2e}")
+    bad += not rel <= 1e-6
+for name in runs[1:]:
+    steps, val, sha = read(name)
+    first = min(steps)  # a resumed run logs its steps only
+    same = all(steps[s][1] == fwd_steps[s][1] for s in steps) and sha == fwd_sha and len(steps) == 4 - first
+    print(f"{name}: steps {sorted(steps)} weights {sha[:16]}... {'same bits' if same else 'DIFFERENT'} as {runs[0]}")
+    bad += not same
+print(f"{n} losses compared, worst relative difference {worst:.2e} (tolerance 1e-6); "
+      f"{len(runs) - 1} runs compared bitwise")
+if bad or n == 0:
+    sys.exit(f"FAIL: {bad} mismatch(es)")
+print("PASS")
+PY

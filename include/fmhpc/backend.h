@@ -49,7 +49,8 @@ const FmBackend *fm_backend_get(const char *name, int *status);
 enum {
   FM_NEED_MODEL = 1,  /* every op ops.def marks `model` (a model's forward and backward) */
   FM_NEED_DECODE = 2, /* attention_decode (generation) */
-  FM_NEED_HOST = 4    /* the caller reads backend buffers as host memory */
+  FM_NEED_HOST = 4,   /* the caller reads backend buffers as host memory */
+  FM_NEED_BF16 = 8    /* set_compute_bf16 (&train precision with c=bf16) */
 };
 /* The backend a run uses, and why, in words for the log and --check (`why`,
  * n bytes). "auto" takes CUDA only when it is usable and has every op `need`

@@ -47,6 +47,9 @@ typedef struct FmPlan {
  * Rank 0 logs to `log`; returns 0 or the same FM_E* on every rank. */
 #include "fmhpc/runtime.h"
 int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log);
+/* What the deck's training run needs of its backend (fm_backend_choose's
+ * FM_NEED_* flags): the model ops, and set_compute_bf16 for c=bf16. */
+int fm_train_backend_needs(const FmConfig *c);
 
 /* Resume compatibility (compat.c): compare the deck `stored` in checkpoint
  * `ckpt` with `now`. Keys that change the model's meaning (arch, widths, head

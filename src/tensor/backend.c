@@ -96,6 +96,10 @@ static const char *lacks(const FmBackend *b, int need, char *buf, size_t n) {
     snprintf(buf, n, "the %s build has no attention_decode op, which generation runs", b->name);
     return buf;
   }
+  if ((need & FM_NEED_BF16) && !b->set_compute_bf16) {
+    snprintf(buf, n, "the %s build has no set_compute_bf16 op, which &train precision c=bf16 runs", b->name);
+    return buf;
+  }
   if ((need & FM_NEED_HOST) && !b->host_accessible) {
     snprintf(buf, n, "this task reads the backend's buffers on the host, and %s's are device memory", b->name);
     return buf;

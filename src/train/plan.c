@@ -299,7 +299,7 @@ void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out) {
           (long long)d->V, (long long)d->T, d->tied ? "tied" : "untied");
   char why[256];
   int st = 0;
-  const FmBackend *be = fm_backend_choose(c->train.backend, FM_NEED_MODEL, why, (int)sizeof why, &st);
+  const FmBackend *be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &st);
   fprintf(out, "backend    %s (%s)\n", be ? be->name : "none: training would stop", why);
   fprintf(out, "parameters %s (%s per rank after the tp split)\n", fm_fmt_count(n1, sizeof n1, p->n_params),
           fm_fmt_count(n2, sizeof n2, p->n_params_rank));

@@ -326,6 +326,10 @@ static void test_nan_hook_setup(Run *r) {
   r->nan_at[2] = rank;
 }
 
+int fm_train_backend_needs(const FmConfig *c) {
+  return FM_NEED_MODEL | (c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16 ? FM_NEED_BF16 : 0);
+}
+
 static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   memset(r, 0, sizeof *r);
   r->deck = deck;
@@ -335,7 +339,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   if (c->train.threads > 0) omp_set_num_threads((int)c->train.threads);
   int status = 0;
   char why[256];
-  r->be = fm_backend_choose(c->train.backend, FM_NEED_MODEL, why, (int)sizeof why, &status);
+  r->be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &status);
   if (!r->be) {
     fm_deck_error(deck, err, FM_KEY_train_backend, "training cannot use this backend: %s", why);
     if (err)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh: every benchmark (tokenize, ops, step_cpu, reduce, ckpt), one
+# bench/run.sh: every benchmark (tokenize, prep, ops, step_cpu, reduce, ckpt), one
 # table of fmhpc against its peer with ratios and goals (issue 15), also
 # written as JSON for tracking. Benchmarks are not tests: not run in CI.
 #   bench/run.sh [--quick] [--json PATH (default bench/results.json)] [CPU_BUILD_DIR (default build-bench)]
@@ -42,9 +42,9 @@ run() { # NAME CMD...: run one benchmark, its log kept; a failure is a row, not 
   cat "$LOGS/$name" >&2
 }
 if [ "$QUICK" = 1 ]; then
-  TOK_REPS=1 OPS_BT="2 128" STEP_CASES='llama_nano' STEP_STEPS=2 RED_N=16777216 RED_REPS=1 CK_REPS=1 CK_LAYERS=12
+  PREP_RANKS=1 TOK_REPS=1 OPS_BT="2 128" STEP_CASES='llama_nano' STEP_STEPS=2 RED_N=16777216 RED_REPS=1 CK_REPS=1 CK_LAYERS=12
 else
-  TOK_REPS=3 OPS_BT="4 1024" STEP_CASES='.' STEP_STEPS=5 RED_N=124439808 RED_REPS=3 CK_REPS=2 CK_LAYERS=12
+  PREP_RANKS='1 2' TOK_REPS=3 OPS_BT="4 1024" STEP_CASES='.' STEP_STEPS=5 RED_N=124439808 RED_REPS=3 CK_REPS=2 CK_LAYERS=12
 fi
 
 # tokenizer: fmhpc vs its npm peers, tokens/s on one core (bench/tokenize/run.sh)
@@ -57,6 +57,15 @@ if run tokenize bash "$ROOT/bench/tokenize/run.sh" "$BUILD" "$TOK_REPS"; then
   done
   f=$(tps "fmhpc .*tokenizer.json") h=$(tps "hf-tokenizers")
   row "tokenize Llama-3 tokenizer.json (1 core)" "$f tok/s" "HF tokenizers (npm, native) $h tok/s" "$(ratio "$f" "$h")" ">= 1x"
+fi
+
+# prep: tokens/s per rank of task='prep' on linux-doc against the tokenizer alone (bench/prep/run.sh)
+if run prep bash "$ROOT/bench/prep/run.sh" "$BUILD" "$PREP_RANKS"; then
+  k=$(grep -m1 '^tokenizer alone' "$LOGS/prep" | sed 's/.*: \([0-9]*\) tokens\/s/\1/')
+  for P in $PREP_RANKS; do
+    f=$(awk -v P="$P" '$1 == "1x" && $2 == P { print $6 }' "$LOGS/prep")
+    row "prep linux-doc, $P rank(s) (per rank)" "$f tok/s" "fmhpc tokenizer alone $k tok/s" "$(ratio "$f" "$k")" ">= 0.70x"
+  done
 fi
 
 # ops: GFLOP/s of the model ops against one whole-matrix OpenBLAS sgemm

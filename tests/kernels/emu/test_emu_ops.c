@@ -345,6 +345,78 @@ FM_TEST(attention_fwd_bwd) {
  * loss within 1e-5 relative; dx and dw within 1e-4 of the largest |element|
  * of the CPU's (fp32 sums of V or N terms of a softmax, in another order,
  * with libm's expf against the CPU op's). Bits equal across schedules. */
+/* attention_decode: one query row per sequence against a KV cache (q rows
+ * inside fused qkv rows, the cache's rows padded past NKV*HS), GQA, positions
+ * at 0, at and across the kernel's 32-key tiles, at the cache's end. Both
+ * sides are fp32 with other orders: each score is a sum of HS products in
+ * fp32 (within HS 2^-24 scale sum|q k| of exact on each side, so eS = twice
+ * that between them), the softmax moves a p by at most 2 eS relative, the
+ * two expf by 2^-22, the sums l and P V over <= Tc terms by Tc 2^-24 each
+ * side: |cuda - cpu| <= (2 eS + (4 Tc + 8) 2^-24) sum_s p|v| + 2^-23 |cpu|,
+ * p and sum|q k| in float64 here. Bits equal across schedules. */
+FM_TEST(attention_decode_vs_cpu) {
+  const int64_t shapes[][5] = {{3, 70, 4, 2, 64}, {2, 40, 3, 1, 40}, {1, 100, 2, 2, 128}}; /* B, Tc, NH, NKV, HS */
+  const int32_t poss[][3] = {{0, 31, 69}, {32, 17, 0}, {99, 0, 0}};
+  int64_t compared = 0;
+  fm_simt_reset_stats();
+  for (int k = 0; k < 3; k++) {
+    const int64_t B = shapes[k][0], Tc = shapes[k][1], NH = shapes[k][2], NKV = shapes[k][3], HS = shapes[k][4];
+    const int64_t ldq = (NH + 2 * NKV) * HS, ldkv = NKV * HS + 8, NO = B * NH * HS;
+    float *q = f32_uniform(B * ldq, -2.0, 2.0), *kc = f32_uniform(B * Tc * ldkv, -2.0, 2.0);
+    float *vc = f32_uniform(B * Tc * ldkv, -1.0, 1.0), *co = f32(NO);
+    int32_t pos[3];
+    memcpy(pos, poss[k], sizeof pos);
+    cpu()->attention_decode(co, q, kc, vc, ldq, ldkv, pos, B, Tc, NH, NKV, HS);
+    double *tol = fm_xcalloc((size_t)NO, sizeof *tol);
+    const double scale = 1.0 / sqrt((double)HS);
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t h = 0; h < NH; h++) {
+        const int64_t g = h / (NH / NKV), t = pos[b];
+        const float *qr = q + b * ldq + h * HS;
+        double m = -INFINITY, eS = 0.0, l = 0.0, *sc = fm_xcalloc((size_t)(t + 1), sizeof *sc);
+        for (int64_t s = 0; s <= t; s++) {
+          const float *kr = kc + (b * Tc + s) * ldkv + g * HS;
+          double d = 0.0, a = 0.0;
+          for (int64_t e = 0; e < HS; e++) d += (double)qr[e] * kr[e], a += fabs((double)qr[e] * kr[e]);
+          sc[s] = d * scale;
+          m = sc[s] > m ? sc[s] : m;
+          eS = 2.0 * HS * 0x1p-24 * a * scale > eS ? 2.0 * HS * 0x1p-24 * a * scale : eS;
+        }
+        for (int64_t s = 0; s <= t; s++) l += exp(sc[s] - m);
+        for (int64_t e = 0; e < HS; e++) {
+          double mag = 0.0;
+          for (int64_t s = 0; s <= t; s++)
+            mag += exp(sc[s] - m) / l * fabs((double)vc[(b * Tc + s) * ldkv + g * HS + e]);
+          const int64_t i = b * NH * HS + h * HS + e;
+          tol[i] = (2.0 * eS + (4.0 * (double)Tc + 8.0) * 0x1p-24) * mag + 0x1p-23 * fabs((double)co[i]);
+        }
+        free(sc);
+      }
+    float *first = NULL;
+    for (int s = 0; s < NSCHED; s++) {
+      schedule(s);
+      float *go = f32(NO);
+      emu.attention_decode(go, q, kc, vc, ldq, ldkv, pos, B, Tc, NH, NKV, HS);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < NO; i++)
+        if (!(fabs((double)go[i] - co[i]) <= tol[i]) && bad++ < 5)
+          FM__FAIL("attention_decode[%lld] under %s: cuda %.9g cpu %.9g (tol %.3g)", (long long)i,
+                   fm_simt_schedule_name(), go[i], co[i], tol[i]);
+      FM_EXPECT_EQ_INT(bad, 0);
+      compared += NO;
+      if (s == 0)
+        first = go;
+      else {
+        EXPECT_BITS("attention_decode (vs forward schedule)", go, first, NO, 4);
+        free(go);
+      }
+    }
+    free(first), free(q), free(kc), free(vc), free(co), free(tol);
+  }
+  FM_EXPECT(compared > 0);
+  report("attention_decode (GQA, fused q rows, padded cache rows)", 3);
+}
+
 FM_TEST(xent_fwd_bwd) {
   const int64_t N = 9, C = 16, V = 4500;
   float *x = f32_uniform(N * C, -1, 1), *w = f32_uniform(V * C, -1, 1), *wt = f32(N);
@@ -679,6 +751,8 @@ static const char *const tested[] = {
     /* matmul_fwd_bwd, layernorm_fwd_bwd, rmsnorm_fwd_bwd */
     "attention_fwd",
     "attention_bwd",
+    /* attention_decode_vs_cpu */
+    "attention_decode",
     "xent_fwd_bwd",
     "matmul_fwd",
     "matmul_bwd",

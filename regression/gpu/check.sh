@@ -10,7 +10,9 @@
 # nocuda); and prints one line per test: name, pass/fail/skip, seconds.
 # Exit status: ctest's, or 3 when a GPU is visible but gpu tests skipped (the
 # skip probe or the driver is wrong).
-# Not yet here (issue 12): per-op roofline timings at the 1.2B shapes and the
+# It then times the tensor-core attention forward and backward at the 1.2B
+# shapes in TFLOP/s (test_cuda_ops attention_flash_timing).
+# Not yet here (issue 12): the other ops' roofline timings at the 1.2B shapes and the
 # 3-step 1.2B training run twice; they need training on the CUDA backend
 # (train.c runs on host backends today) and a timing harness.
 #   regression/gpu/check.sh                 # from anywhere
@@ -80,6 +82,12 @@ awk '
   }
   END { printf "%d pass, %d fail, %d skip\n", n["pass"], n["FAIL"], n["skip"] }
 ' "$log" | tee "$build/gpu-check.table"
+
+# Attention at the 1.2B flagship's micro-batch (tests/kernels/test_cuda_ops.c
+# attention_flash_timing: its TFLOP/s line; ctest above ran it too).
+echo
+echo "== attention (bf16 tensor cores), 1.2B shapes"
+"$build/tests/test_cuda_ops" attention_flash_timing 2>&1 | grep -E '^attention timing|FAIL' || true
 
 skipped=$(grep -c ' skip ' "$build/gpu-check.table" || true)
 if [ "$rc" -eq 0 ] && [ "$gpus" -gt 0 ] && [ "$skipped" -gt 0 ]; then

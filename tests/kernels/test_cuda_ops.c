@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attention_ref.h"
 #include "fm_test.h"
 #include "fmhpc/dist.h"
 #include "fmhpc/optim.h"
@@ -740,6 +741,182 @@ FM_TEST(attention_vs_cpu) {
   FM_EXPECT_EQ_INT(count_bit_diffs(hg[0], hg[1], N * ld, 4), 0);
   g->free(d_qkv), g->free(d_do), g->free(d_seg), g->free(d_o), g->free(d_l), g->free(d_g);
   free(qkv), free(dout), free(co), free(cl), free(cg), free(seg), free(ho), free(hl), free(hg[0]), free(hg[1]);
+}
+
+/* The tensor-core (bf16) attention at the 1.2B flagship's shape (T = 2048,
+ * 24 heads over 4 KV heads, head size 64, documents, GPT-2's fused qkv
+ * strides) and at head size 128 (separate q/k/v), against float64
+ * references and the CPU op at the tolerances tests/kernels/attention_ref.h
+ * derives (the emulated test's), on every 16th query and key row; a second
+ * forward and backward give the same bits. */
+#ifdef FMHPC_HAVE_CUDA
+void fm_cuda_attention_set_bf16(int on);
+static double dev_uniform(double lo, double hi) { return rng_uniform(lo, hi); }
+#endif
+
+FM_TEST(attention_flash_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+#ifdef FMHPC_HAVE_CUDA
+  const ArShape shapes[] = {{1, 2048, 24, 4, 64, 1, 1}, {1, 1024, 8, 2, 128, 1, 0}};
+  int64_t compared = 0;
+  for (int si = 0; si < 2; si++) {
+    const ArShape sh = shapes[si];
+    AttnCase c = attn_case_new(sh, dev_uniform, 16, 16);
+    const ArProb *p = &c.p;
+    const int64_t N = sh.B * sh.T, NO = c.NO, NL = c.NL, ng = c.ng, nin = sh.fused ? p->nq : p->nq + 2 * p->nkv;
+    float *hin = host_f32(nin); /* q | k | v as one upload: the same views on the device */
+    memcpy(hin, p->q, (size_t)p->nq * 4);
+    if (!sh.fused)
+      memcpy(hin + p->nq, p->k, (size_t)p->nkv * 4), memcpy(hin + p->nq + p->nkv, p->v, (size_t)p->nkv * 4);
+    float *d_in = to_device(g, hin, nin * 4), *d_do = to_device(g, p->dout, NO * 4), *d_co = to_device(g, c.co, NO * 4);
+    float *d_cl = to_device(g, c.cl, NL * 4);
+    int32_t *d_seg = to_device(g, p->seg, N * 4);
+    const float *q = d_in, *k = d_in + (p->k - p->q), *v = d_in + (p->v - p->q);
+    if (!sh.fused) k = d_in + p->nq, v = d_in + p->nq + p->nkv;
+    float *d_o = g->alloc(NO * 4), *d_l = g->alloc(NL * 4), *d_g = g->alloc(ng * 4);
+    float *ho[2], *hl[2], *hg[2];
+    fm_cuda_attention_set_bf16(1);
+    for (int run = 0; run < 2; run++) {
+      g->copy_to_device(d_g, c.base_g, ng * 4);
+      g->attention_fwd(d_o, d_l, q, k, v, p->ldq, p->ldkv, d_seg, sh.B, sh.T, sh.NH, sh.NKV, sh.HS);
+      g->attention_bwd(d_g, d_g + c.koff, d_g + c.voff, d_do, d_co, d_cl, q, k, v, p->ldq, p->ldkv, d_seg, sh.B, sh.T,
+                       sh.NH, sh.NKV, sh.HS);
+      ho[run] = from_device(g, d_o, NO * 4), hl[run] = from_device(g, d_l, NL * 4),
+      hg[run] = from_device(g, d_g, ng * 4);
+    }
+    fm_cuda_attention_set_bf16(0);
+    char when[64];
+    snprintf(when, sizeof when, "on the device, T=%lld HS=%lld", (long long)sh.T, (long long)sh.HS);
+    FM_EXPECT_EQ_INT(attn_case_check(&c, ho[0], hl[0], hg[0], when, &compared), 0);
+    FM_EXPECT_EQ_INT(count_bit_diffs(ho[0], ho[1], NO, 4) + count_bit_diffs(hl[0], hl[1], NL, 4), 0);
+    FM_EXPECT_EQ_INT(count_bit_diffs(hg[0], hg[1], ng, 4), 0);
+    g->free(d_in), g->free(d_do), g->free(d_co), g->free(d_cl), g->free(d_seg), g->free(d_o), g->free(d_l),
+        g->free(d_g);
+    for (int run = 0; run < 2; run++) free(ho[run]), free(hl[run]), free(hg[run]);
+    free(hin);
+    attn_case_free(&c);
+  }
+  printf("attention (tensor cores) on the device: %lld values compared, repeats bitwise\n", (long long)compared);
+  FM_EXPECT(compared > 0);
+#else
+  (void)g;
+#endif
+}
+
+/* Timing (for regression/gpu/check.sh, which prints this case's line): the
+ * tensor-core attention at the 1.2B flagship's micro-batch (B = 4 sequences
+ * of T = 2048, 8192 tokens; 24 heads over 4 KV heads, head size 64, causal,
+ * one document each, fused qkv strides), 2 warm-up and 10 timed calls of the
+ * forward and of the backward. TFLOP/s counts the causal half of the
+ * products FlashAttention's papers count: forward 2 B NH T^2 HS (Q K^T and
+ * P V), backward 5 B NH T^2 HS (its recomputed S, dP, dV, dK, dQ; the
+ * separate dQ pass's second S and dP are not counted). Checked: every timed
+ * call gives the bits of the first. */
+FM_TEST(attention_flash_timing) {
+  const FmBackend *g = cuda_or_skip();
+#ifdef FMHPC_HAVE_CUDA
+  const int64_t B = 4, T = 2048, NH = 24, NKV = 4, HS = 64, N = B * T, ld = (NH + 2 * NKV) * HS, NO = N * NH * HS;
+  float *qkv = host_f32(N * ld), *dout = host_f32(NO);
+  fill_uniform(qkv, N * ld, -2, 2);
+  fill_uniform(dout, NO, -1, 1);
+  float *d_qkv = to_device(g, qkv, N * ld * 4), *d_do = to_device(g, dout, NO * 4);
+  float *d_o = g->alloc(NO * 4), *d_l = g->alloc(B * NH * T * 4), *d_g = g->alloc(N * ld * 4);
+  const float *q = d_qkv, *k = d_qkv + NH * HS, *v = d_qkv + (NH + NKV) * HS;
+  fm_cuda_attention_set_bf16(1);
+  enum { WARM = 2, RUNS = 10 };
+  double tf = 0.0, tb = 0.0;
+  float *first_o = NULL, *first_g = NULL;
+  int64_t diffs = 0;
+  for (int it = 0; it < WARM + RUNS; it++) {
+    g->synchronize();
+    const double t0 = fm_now_s();
+    g->attention_fwd(d_o, d_l, q, k, v, ld, ld, NULL, B, T, NH, NKV, HS);
+    g->synchronize();
+    const double t1 = fm_now_s();
+    g->memset(d_g, 0, N * ld * 4);
+    g->synchronize();
+    const double t2 = fm_now_s();
+    g->attention_bwd(d_g, d_g + NH * HS, d_g + (NH + NKV) * HS, d_do, d_o, d_l, q, k, v, ld, ld, NULL, B, T, NH, NKV,
+                     HS);
+    g->synchronize();
+    const double t3 = fm_now_s();
+    if (it >= WARM) tf += t1 - t0, tb += t3 - t2;
+    float *ho = from_device(g, d_o, NO * 4), *hg = from_device(g, d_g, N * ld * 4);
+    if (!first_o) {
+      first_o = ho, first_g = hg;
+    } else {
+      diffs += count_bit_diffs(ho, first_o, NO, 4) + count_bit_diffs(hg, first_g, N * ld, 4);
+      free(ho), free(hg);
+    }
+  }
+  fm_cuda_attention_set_bf16(0);
+  const double flop_f = 2.0 * (double)(B * NH) * (double)T * (double)T * (double)HS, flop_b = 2.5 * flop_f;
+  printf(
+      "attention timing (bf16 tensor cores) B=%lld T=%lld NH=%lld NKV=%lld HS=%lld causal: fwd %.3f ms %.1f TFLOP/s, "
+      "bwd %.3f ms %.1f TFLOP/s (mean of %d)\n",
+      (long long)B, (long long)T, (long long)NH, (long long)NKV, (long long)HS, 1e3 * tf / RUNS,
+      flop_f * RUNS / tf * 1e-12, 1e3 * tb / RUNS, flop_b * RUNS / tb * 1e-12, RUNS);
+  FM_EXPECT_EQ_INT(diffs, 0);
+  g->free(d_qkv), g->free(d_do), g->free(d_o), g->free(d_l), g->free(d_g);
+  free(qkv), free(dout), free(first_o), free(first_g);
+#else
+  (void)g;
+#endif
+}
+
+/* attention_decode at the flagship's heads over a 2048-position cache,
+ * against the CPU op at the emulated test's bound (test_emu_ops.c:
+ * (2 eS + (4 Tc + 8) 2^-24) sum_s p|v| + 2^-23 |cpu|); a repeat is bitwise. */
+FM_TEST(attention_decode_vs_cpu) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t B = 4, Tc = 2048, NH = 24, NKV = 4, HS = 64, ldq = (NH + 2 * NKV) * HS, ldkv = NKV * HS,
+                NO = B * NH * HS;
+  float *q = host_f32(B * ldq), *kc = host_f32(B * Tc * ldkv), *vc = host_f32(B * Tc * ldkv), *co = host_f32(NO);
+  fill_uniform(q, B * ldq, -2, 2);
+  fill_uniform(kc, B * Tc * ldkv, -2, 2);
+  fill_uniform(vc, B * Tc * ldkv, -1, 1);
+  const int32_t pos[4] = {0, 100, 1023, 2047};
+  fm_cpu_attention_decode(co, q, kc, vc, ldq, ldkv, pos, B, Tc, NH, NKV, HS);
+  float *d_q = to_device(g, q, B * ldq * 4), *d_k = to_device(g, kc, B * Tc * ldkv * 4);
+  float *d_v = to_device(g, vc, B * Tc * ldkv * 4), *d_o = g->alloc(NO * 4);
+  int32_t *d_pos = to_device(g, pos, sizeof pos);
+  float *ho[2];
+  for (int run = 0; run < 2; run++) {
+    g->attention_decode(d_o, d_q, d_k, d_v, ldq, ldkv, d_pos, B, Tc, NH, NKV, HS);
+    ho[run] = from_device(g, d_o, NO * 4);
+  }
+  int64_t bad = 0;
+  const double scale = 1.0 / sqrt((double)HS);
+  double *sc = fm_xmalloc((size_t)Tc * sizeof *sc);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < NH; h++) {
+      const int64_t gk = h / (NH / NKV), t = pos[b];
+      double m = -INFINITY, eS = 0.0, l = 0.0;
+      for (int64_t s = 0; s <= t; s++) {
+        double d = 0.0, a = 0.0;
+        for (int64_t e = 0; e < HS; e++) {
+          const double x = (double)q[b * ldq + h * HS + e] * kc[(b * Tc + s) * ldkv + gk * HS + e];
+          d += x, a += fabs(x);
+        }
+        sc[s] = d * scale;
+        m = sc[s] > m ? sc[s] : m;
+        eS = fmax(eS, 2.0 * HS * 0x1p-24 * a * scale);
+      }
+      for (int64_t s = 0; s <= t; s++) l += exp(sc[s] - m);
+      for (int64_t e = 0; e < HS; e++) {
+        double mag = 0.0;
+        for (int64_t s = 0; s <= t; s++)
+          mag += exp(sc[s] - m) / l * fabs((double)vc[(b * Tc + s) * ldkv + gk * HS + e]);
+        const int64_t i = b * NH * HS + h * HS + e;
+        const double tol = (2.0 * eS + (4.0 * (double)Tc + 8.0) * 0x1p-24) * mag + 0x1p-23 * fabs((double)co[i]);
+        if (!close_to(ho[0][i], co[i], tol))
+          REPORT_FIRST(bad, "decode out[%lld] %.9g vs %.9g", (long long)i, ho[0][i], co[i]);
+      }
+    }
+  FM_EXPECT_EQ_INT(bad, 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(ho[0], ho[1], NO, 4), 0);
+  g->free(d_q), g->free(d_k), g->free(d_v), g->free(d_o), g->free(d_pos);
+  free(q), free(kc), free(vc), free(co), free(ho[0]), free(ho[1]), free(sc);
 }
 
 FM_TEST(xent_vs_cpu) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fmhpc/dist.h"
+#include "fmhpc/optim.h"
 
 /* Checked int64 arithmetic: the first overflow sets *bad and the result is 0. */
 static int64_t mul(bool *bad, int64_t a, int64_t b) {
@@ -188,6 +189,8 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
     fm_deck_error(deck, err, FM_KEY_optim_name, "no such optimizer in optimizers.def");
     rc = FM_EDECK;
   }
+  FmSchedule sched; /* the schedule's rules (warmup <= steps, each kind's own), as training checks them */
+  if (fm_schedule_from_deck(&sched, deck, err)) rc = FM_EDECK;
   if (rc == 0) rc = plan_layout(p, deck, world_size, err);
   if (rc) return rc;
 

@@ -356,6 +356,8 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     if (err) fprintf(err, "hint: comm = 'auto' or 'mpi'\n");
     return FM_EDECK;
   }
+  /* deck rules first: a wrong schedule is reported before a store is opened */
+  if (fm_schedule_from_deck(&r->sched, deck, err)) return FM_EDECK;
   r->B = c->train.global_batch;
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;
@@ -390,7 +392,6 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     r->state_shard = fm_xcalloc((size_t)(n > 0 ? n : 1), sizeof *r->state_shard);  // NOLINT(bugprone-sizeof-expression)
     for (int i = 0; i < n; i++) r->state_shard[i] = fm_optim_state_arrays(r->opt)[i] + fm_reduce_lo(&r->red);
   }
-  if ((rc = fm_schedule_from_deck(&r->sched, deck, err))) return rc;
   fm_spike_init_from_deck(&r->spike, deck);
 
   r->ids = fm_xcalloc((size_t)r->b, sizeof *r->ids);

@@ -25,29 +25,43 @@
  * arrays), and writer and reader at different rank counts compute the same
  * value. regression/ckpt_tool.py recomputes it with h5py.
  *
- * Commit protocol: all ranks write DIR/step_N.h5.partial (N zero-padded to 8
- * digits) and close it; the status is agreed over all ranks; rank 0 fsyncs
- * the file, renames it to step_N.h5, fsyncs the directory, writes
- * latest.tmp ("step_N.h5\n"), fsyncs it and renames it to `latest`. A crash
- * at any point leaves the previous step_*.h5 and `latest` intact; a
- * .partial is never loaded. Then the oldest checkpoints beyond `keep` and stale
- * .partial files of earlier steps are removed.
+ * Commit protocol: rank 0 checks the free space, writes DIR/latest.tmp
+ * ("step_N.h5\n") and creates DIR/step_N.h5.partial (N zero-padded to 8
+ * digits) as an empty HDF5 file whose full size it allocates on disk
+ * (posix_fallocate); the status is agreed over all ranks; all ranks open it,
+ * write and close it; the status is agreed; rank 0 fsyncs the file, renames
+ * it to step_N.h5, fsyncs the directory, renames latest.tmp to `latest` and
+ * fsyncs the directory. A crash at any point leaves the previous step_*.h5
+ * and `latest` intact; a .partial is never loaded. Then the oldest
+ * checkpoints beyond `keep` and stale .partial files of earlier steps are
+ * removed. A failed write removes its .partial and latest.tmp.
+ *
+ * Disk full: the reservation is the one place a full disk shows (ENOSPC on
+ * rank 0, agreed before any collective I/O), so no rank meets ENOSPC inside
+ * a collective write or H5Fclose, where with HDF5 1.10.8 / Open MPI 4.1.4 the
+ * ranks take different paths (seen: a hang in H5Fclose, or a segfault at
+ * MPI_Finalize on the rank whose close failed). A disk that fills up after
+ * the reservation cannot fail the write; the commit needs no new block (it
+ * renames). A file system without fallocate support is written unreserved
+ * (a warning says so) and only the free-space check protects it.
  *
  * Test hooks (environment, read on every rank; for tests only):
  *   FMHPC_CKPT_TEST_KILL_AT=N    while writing the checkpoint of step N, the
  *                                last rank SIGKILLs itself after the params
  *                                datasets (a crash mid-write).
+ *   FMHPC_CKPT_TEST_KILL_COMMIT=N:P  rank 0 SIGKILLs itself in step N's
+ *                                commit: P=1 after the .partial's fsync, 2
+ *                                after its rename, 3 after `latest` moved.
  *   FMHPC_CKPT_TEST_SIGNAL_AT=N  after step N the last rank raises SIGUSR1 on
  *                                itself (a deterministic preemption).
- *   FMHPC_CKPT_TEST_NO_SPACE_CHECK  skip the free-space check before a write,
- *                                so a full disk fails inside HDF5 (ENOSPC).
- * Known limit: a disk that fills up DURING a write (after the free-space
- * check passed) can hang the job: with HDF5 1.10.8 / Open MPI 4.1.4, after an
- * ENOSPC inside a collective write the ranks take different collective paths
- * in H5Fclose (seen: one in MPI_File_set_size, one in a metadata-cache
- * barrier). The free-space check before every write is what keeps a full
- * disk a clean error; the tested case is a disk without room for the next
- * checkpoint.
+ *   FMHPC_CKPT_TEST_NO_SPACE_CHECK  skip the free-space check before a write.
+ *   FMHPC_CKPT_TEST_NO_RESERVE   skip the reservation (shows the old failure).
+ *   FMHPC_CKPT_TEST_HOLD=N:POINT:FILE  rank 0 creates FILE.held at POINT of
+ *                                step N's write (start: before the directory
+ *                                check; reserve: before the file is created;
+ *                                write: after the params datasets) and waits
+ *                                for FILE.go (at most 120 s): a test fills
+ *                                the disk or changes permissions then.
  * Each params/optim dataset also has the attribute flat_offset (its first
  * element's index in the flat vector) so a reader can recompute checksums. */
 #ifndef FMHPC_CKPT_H

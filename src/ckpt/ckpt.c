@@ -475,6 +475,27 @@ static int read_run_state(H5 *h, FmCkptState *s) {
   return agree(h->comm, FM_ECKPT, h->why);
 }
 
+/* Test hook FMHPC_CKPT_TEST_HOLD=N:POINT:FILE (rank 0): at POINT of step N's
+ * write, create FILE.held and wait (at most 120 s) for FILE.go, so a test can
+ * fill the disk or change permissions at a known moment. The other ranks wait
+ * in the next collective. */
+static void test_hold(const FmCkptState *s, FmComm *c, const char *point) {
+  const char *v = getenv("FMHPC_CKPT_TEST_HOLD");
+  long long n = 0;
+  int off = 0;
+  char pt[16];
+  if (!v || c->rank != 0 || sscanf(v, "%lld:%15[a-z]:%n", &n, pt, &off) != 2 || n != s->step || strcmp(pt, point) != 0)
+    return;
+  char held[4200], go[4200];
+  snprintf(held, sizeof held, "%s.held", v + off);
+  snprintf(go, sizeof go, "%s.go", v + off);
+  FILE *f = fopen(held, "w");
+  if (f) fclose(f);
+  fprintf(stderr, "FMHPC_CKPT_TEST_HOLD: step %lld held at '%s' until %s exists\n", n, point, go);
+  fflush(stderr);
+  for (int i = 0; i < 1200 && access(go, F_OK) != 0; i++) nanosleep(&(struct timespec){0, 100000000}, NULL);
+}
+
 /* Everything after the file is open: the same sequence for both directions,
  * the run state then the sharded-state table (dist.h) in its order. */
 static int body_io(H5 *h, int rw, FmCkptState *s) {
@@ -491,6 +512,7 @@ static int body_io(H5 *h, int rw, FmCkptState *s) {
       fflush(stderr);
       raise(SIGKILL);
     }
+    if (i == 0 && rw == 'w') test_hold(s, h->comm, "write");
   }
   return rc;
 }
@@ -590,28 +612,42 @@ void fm_ckpt_new_run_id(FmComm *comm, int64_t seed, char id[FM_CKPT_RUN_ID_LEN])
   free(s);
 }
 
-/* Rank 0: rename into place, point `latest` at it, prune this run's older
- * checkpoints (another run's files in the directory are not ours to delete). */
+/* Test hook FMHPC_CKPT_TEST_KILL_COMMIT=N:P: rank 0 SIGKILLs itself inside
+ * step N's commit, at point P: 1 after the fsync of the .partial, 2 after its
+ * rename to step_N.h5 (before `latest` moves), 3 after `latest` moved (before
+ * retention). A crash inside the commit, for the kill campaign. */
+static void test_kill_commit(int64_t step, int point) {
+  const char *v = getenv("FMHPC_CKPT_TEST_KILL_COMMIT");
+  long long n = 0;
+  int p = 0;
+  if (!v || sscanf(v, "%lld:%d", &n, &p) != 2 || n != step || p != point) return;
+  fprintf(stderr, "FMHPC_CKPT_TEST_KILL_COMMIT=%s: rank 0 kills itself in the commit of step %lld\n", v, n);
+  fflush(stderr);
+  raise(SIGKILL);
+}
+
+/* Rank 0: rename into place, point `latest` at it (latest.tmp was written by
+ * prepare_dir), prune this run's older checkpoints (another run's files in
+ * the directory are not ours to delete). */
 static int commit(const char *dir, const char *partial, const char *final, int64_t step, int keep, const char *run_id,
                   char *why) {
   char tmp[4200], latest[4200];
   snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
   snprintf(latest, sizeof latest, "%s/latest", dir);
-  if (fsync_path(partial, 0) || rename(partial, final) != 0 || fsync_path(dir, 1)) {
+  const int synced = fsync_path(partial, 0) == 0;
+  test_kill_commit(step, 1);
+  if (!synced || rename(partial, final) != 0 || fsync_path(dir, 1)) {
     snprintf(why, WHY, "%s: cannot fsync or rename into %s: %s", partial, final, strerror(errno));
     return FM_EIO;
   }
-  FILE *f = fopen(tmp, "w");
-  const char *base = strrchr(final, '/') + 1;
-  int ok = f && fprintf(f, "%s\n", base) > 0;
-  ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
-  if (f && fclose(f) != 0) ok = 0;
-  if (!ok || rename(tmp, latest) != 0 || fsync_path(dir, 1)) {
+  test_kill_commit(step, 2);
+  if (rename(tmp, latest) != 0 || fsync_path(dir, 1)) {
     snprintf(why, WHY, "%s: cannot update %s (%s); %s is complete but `latest` still names the previous checkpoint",
              dir, latest, strerror(errno), final);
     unlink(tmp);
     return FM_EIO;
   }
+  test_kill_commit(step, 3);
   char **paths = NULL;
   int n = fm_ckpt_list(dir, &paths);
   n = only_run(paths, n, run_id);
@@ -629,29 +665,96 @@ static int commit(const char *dir, const char *partial, const char *final, int64
   return 0;
 }
 
-/* Rank 0: directory and free space (the file's data plus 1 MiB of metadata). */
-static int prepare_dir(const char *dir, const FmCkptState *s, char *why) {
+/* The bytes a checkpoint file takes at most: its data, plus 1 MiB and 16 KiB
+ * per dataset of HDF5 metadata (superblock, object headers, the sha256 and
+ * flat_offset attributes, the run-state attributes and the deck). The
+ * reservation covers it, so no write inside HDF5 needs a new disk block. */
+static double ckpt_bytes(const FmCkptState *s) {
+  double need = 1048576.0;
+  for (int i = 0; i < s->dist.n; i++) {
+    const FmDistEntry *e = &s->dist.e[i];
+    const int ndset = e->layout == FM_DIST_FLAT_SHARD ? s->dist.params->n : 1;
+    need += 16384.0 * ndset + (e->layout == FM_DIST_FLAT_SHARD ? (double)s->dist.params->numel * 4.0
+                                                                : (double)e->n * (e->layout == FM_DIST_WHOLE_F64 ? 8.0 : 4.0));
+  }
+  return need + (s->deck_text ? (double)strlen(s->deck_text) : 0.0);
+}
+
+static double free_bytes(const char *dir) {
+  struct statvfs v;
+  return statvfs(dir, &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1.0;
+}
+
+/* Rank 0, before anything is created: the directory, the free space, and
+ * latest.tmp already holding the new name (so the commit only renames: it
+ * needs no new disk block after the write). */
+static int prepare_dir(const char *dir, const FmCkptState *s, const char *final, char *why) {
   if (fm_mkdirs(dir)) {
     snprintf(why, WHY, "%s: cannot create the checkpoint directory: %s (&ckpt dir)", dir, strerror(errno));
     return FM_EIO;
   }
-  double need = 1048576.0;
-  for (int i = 0; i < s->dist.n; i++) {
-    const FmDistEntry *e = &s->dist.e[i];
-    need += e->layout == FM_DIST_FLAT_SHARD ? (double)s->dist.params->numel * 4.0
-                                            : (double)e->n * (e->layout == FM_DIST_WHOLE_F64 ? 8.0 : 4.0);
+  const double need = ckpt_bytes(s), avail = free_bytes(dir);
+  if (!getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") && avail >= 0 && avail < need) {
+    char a[32], b[32];
+    snprintf(why, WHY, "%s: no space for a checkpoint: it needs about %s, %s is free (disk full or quota)", dir,
+             fm_fmt_bytes(a, sizeof a, need), fm_fmt_bytes(b, sizeof b, avail));
+    return FM_EIO;
   }
-  struct statvfs v;
-  if (!getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") && statvfs(dir, &v) == 0) {
-    const double avail = (double)v.f_bavail * (double)v.f_frsize;
-    if (avail < need) {
-      char a[32], b[32];
-      snprintf(why, WHY, "%s: no space for a checkpoint: it needs about %s, %s is free (disk full or quota)", dir,
-               fm_fmt_bytes(a, sizeof a, need), fm_fmt_bytes(b, sizeof b, avail));
-      return FM_EIO;
-    }
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+  FILE *f = fopen(tmp, "w");
+  int ok = f && fprintf(f, "%s\n", strrchr(final, '/') + 1) > 0;
+  ok = f && fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+  const int e = errno;
+  if (f && fclose(f) != 0) ok = 0;
+  if (!ok) {
+    snprintf(why, WHY, "%s: cannot write %s: %s (&ckpt dir must be writable)", dir, tmp, strerror(e));
+    unlink(tmp);
+    return FM_EIO;
   }
   return 0;
+}
+
+/* Rank 0, before any rank opens the file: create it as an empty HDF5 file
+ * (serially: an error here is rank 0's alone) and allocate its full size on
+ * disk (posix_fallocate). All ranks then open it read-write, which keeps the
+ * allocation (a parallel H5Fcreate would truncate it), so a disk that fills
+ * up later cannot fail a collective write or the close, whose ENOSPC the
+ * ranks would meet at different points (see ckpt.h): the one ENOSPC is here,
+ * agreed before any collective I/O. HDF5 truncates the file to its end at
+ * the close. A file system without fallocate (EOPNOTSUPP) is written
+ * unreserved, as before, with a warning. */
+static int create_reserved(const char *dir, const char *partial, const FmCkptState *s, char *why) {
+  const double need = ckpt_bytes(s);
+  const char *what = "create";
+  hid_t f = H5Fcreate(partial, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  int e = errno;
+  if (f < 0 || H5Fclose(f) < 0) {
+    e = e ? e : EIO;
+  } else if (getenv("FMHPC_CKPT_TEST_NO_RESERVE")) {
+    return 0;
+  } else {
+    what = "reserve";
+    int fd = open(partial, O_WRONLY);
+    e = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)need);
+    if (fd >= 0) close(fd);
+    if (e == EOPNOTSUPP || e == ENOSYS) {
+      static int said;
+      if (!said++)
+        fm_warn0("%s: the file system cannot reserve space (posix_fallocate: %s): checkpoints are written "
+                 "unreserved, and a disk that fills during a write may hang the job", dir, strerror(e));
+      return 0;
+    }
+    if (!e) return 0;
+  }
+  char a[32], b[32];
+  snprintf(why, WHY,
+           "%s: cannot %s the checkpoint file (%s): %s (%s free in %s); nothing was written and `latest` still "
+           "names the previous checkpoint\nhint: free space in %s (or lower &ckpt keep) or make it writable, then "
+           "resume",
+           partial, what, fm_fmt_bytes(a, sizeof a, need), strerror(e), fm_fmt_bytes(b, sizeof b, free_bytes(dir)),
+           dir, dir);
+  return FM_EIO;
 }
 
 int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
@@ -661,17 +764,22 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
   snprintf(final, sizeof final, "%s/step_%08lld.h5", dir, (long long)s->step);
   snprintf(partial, sizeof partial, "%s.partial", final);
   h.path = partial;
-  int rc = agree(comm, comm->rank == 0 ? prepare_dir(dir, s, h.why) : 0, h.why);
+  test_hold(s, comm, "start");
+  int rc = agree(comm, comm->rank == 0 ? prepare_dir(dir, s, final, h.why) : 0, h.why);
   if (rc) goto report;
   H5E_auto2_t efunc;
   void *edata;
   H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our messages name the file and the dataset */
-  hid_t fapl = open_fapl(comm);
-  h.f = fapl >= 0 ? H5Fcreate(partial, H5F_ACC_TRUNC, H5P_DEFAULT, fapl) : -1;
-  if (h.f < 0) snprintf(h.why, WHY, "%s: cannot create the file: %s", partial, strerror(errno));
-  if (fapl >= 0) H5Pclose(fapl);
-  rc = agree(comm, h.f < 0 ? FM_EIO : 0, h.why);
+  test_hold(s, comm, "reserve");
+  rc = agree(comm, comm->rank == 0 ? create_reserved(dir, partial, s, h.why) : 0, h.why); /* the one agreed ENOSPC */
+  if (!rc) {
+    hid_t fapl = open_fapl(comm);
+    h.f = fapl >= 0 ? H5Fopen(partial, H5F_ACC_RDWR, fapl) : -1;
+    if (h.f < 0) snprintf(h.why, WHY, "%s: cannot open the new file on every rank: %s", partial, strerror(errno));
+    if (fapl >= 0) H5Pclose(fapl);
+    rc = agree(comm, h.f < 0 ? FM_EIO : 0, h.why);
+  }
   if (!rc) {
     h.dxpl = H5Pcreate(H5P_DATASET_XFER);
     int e = h.dxpl < 0 || H5Pset_dxpl_mpio(h.dxpl, H5FD_MPIO_COLLECTIVE) < 0;
@@ -687,7 +795,12 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
   }
   H5Eset_auto2(H5E_DEFAULT, efunc, edata);
   if (!rc && comm->rank == 0) rc = commit(dir, partial, final, s->step, keep, s->run_id, h.why);
-  if (rc && comm->rank == 0 && h.f >= 0) unlink(partial); /* a failed write leaves nothing to mistake */
+  if (rc && comm->rank == 0) { /* a failed write leaves nothing to mistake: no .partial, no latest.tmp */
+    char tmp[4200];
+    unlink(partial);
+    snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
+    unlink(tmp);
+  }
   rc = agree(comm, rc, h.why);
 report:
   if (rc && err) fprintf(err, "fmhpc: checkpoint of step %lld failed: %s\n", (long long)s->step, h.why);

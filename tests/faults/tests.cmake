@@ -15,3 +15,13 @@ foreach(case IN ITEMS data out_dir nan run_id checksum verify rank_kill rank_fil
     set_tests_properties(faults.${case} PROPERTIES FIXTURES_REQUIRED faults_data)
   endif()
 endforeach()
+# Disk faults during a checkpoint write (tests/faults/disk.sh): a tmpfs filled
+# by a background writer before the reservation and mid-write; a missing,
+# impossible and read-only &ckpt dir. Clear errors, latest kept, no hang.
+foreach(case IN ITEMS fill dir)
+  add_test(NAME faults.disk_${case}
+           COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/disk.sh ${case} $<TARGET_FILE:fmhpc> ${MPIEXEC_EXECUTABLE}
+                   ${FM_FAULTS_WORK})
+  set_tests_properties(faults.disk_${case} PROPERTIES LABELS unit TIMEOUT 400 ENVIRONMENT "${FMHPC_TEST_ENV}"
+                       PROCESSORS 2 FIXTURES_REQUIRED faults_data SKIP_RETURN_CODE 77)
+endforeach()

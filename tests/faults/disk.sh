@@ -1,0 +1,171 @@
+#!/bin/bash
+# disk.sh CASE FMHPC MPIEXEC WORK: disk faults during a checkpoint write
+# (issue 14; the write path in src/ckpt/ckpt.c, the protocol in ckpt.h). The
+# tiny gpt2 of faults.sh on its store (faults.data), 2 ranks, a checkpoint
+# every step, each run inside `timeout` so a hang fails the test.
+#   fill  a 64 MiB tmpfs as &ckpt dir (a checkpoint is about 19 MiB). A background
+#         writer (dd) fills the disk at a held point of step 2's write
+#         (FMHPC_CKPT_TEST_HOLD), after the free-space check has passed:
+#           reserve: before the reservation: posix_fallocate meets ENOSPC on
+#             rank 0, every rank agrees, nothing was written: exit 1 with the
+#             file, bytes needed/free and a hint; latest = step 1, no .partial,
+#             no latest.tmp; step 1 verifies with h5py.
+#           write: mid-write (the params are written, the optimizer state is
+#             not): the space was reserved before the first dataset, so dd gets
+#             ENOSPC and the checkpoint completes; step 3's free-space check then
+#             stops the run cleanly; latest = step 2, which verifies with h5py
+#             and equals the uninterrupted run's step-2 weights.
+#   dir   a &ckpt dir whose parents are missing is created; one under a regular
+#         file is a clear error at the first checkpoint; as an unprivileged user
+#         (setpriv, root only), a directory made read-only between step 1 and
+#         step 2: a clear error naming the file and errno, latest = step 1, and
+#         after the permission is restored a resume finishes with the
+#         uninterrupted run's weights: nothing lost.
+set -euo pipefail
+case_=$1 FMHPC=$2 MPIEXEC=$3 WORK=$4
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+source "$SRC/tests/oracle.sh"
+fm_need_py h5py python3-h5py
+DATA=$WORK/data/store
+D=$WORK/disk_$case_
+fail() { echo "FAIL: $*"; exit 1; }
+TRAIN=("$SRC/inputs/gpt2_nano.in" model%d_model=32 model%n_layer=1 model%n_head=2 model%seq_len=32
+       "data%train='$DATA/train.json'" "data%valid=''" train%global_batch=4 train%micro_batch=1
+       eval%every=0 log%every=1 log%plot=F log%peak_tflops=1 optim%warmup_steps=1 ckpt%every=1 ckpt%keep=5)
+verify() { /usr/bin/python3 "$SRC/regression/ckpt_tool.py" "$1" > "$D/h5py.txt" 2>&1 || { cat "$D/h5py.txt"; fail "$1 does not verify"; }; }
+wsha() { grep -o '"weights_sha256": "[0-9a-f]*"' "$1/summary.json"; }
+# run NAME SECS STATUS ARGS...: a 2-rank run in the foreground, bounded
+run() {
+  local name=$1 secs=$2 want=$3 rc=0
+  shift 3
+  timeout -k 5 "$secs" "$MPIEXEC" -n 2 "$FMHPC" "${TRAIN[@]}" "$@" > "$D/$name.log" 2>&1 || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "$name: still running after $secs s (a hang)"
+  [ "$rc" = "$want" ] || { tail -20 "$D/$name.log"; fail "$name: exited $rc, expected $want"; }
+}
+# held NAME POINT FILLER ARGS...: a run held at POINT of step 2's write while
+# FILLER (a shell command) runs; then released. Sets rc to its exit status.
+held() {
+  local name=$1 point=$2 filler=$3
+  shift 3
+  rm -f "$D/hold.held" "$D/hold.go"
+  FMHPC_CKPT_TEST_HOLD=2:$point:$D/hold timeout -k 5 120 "$MPIEXEC" -n 2 "$FMHPC" "${TRAIN[@]}" "$@" \
+    > "$D/$name.log" 2>&1 &
+  local job=$!
+  for _ in $(seq 900); do [ -e "$D/hold.held" ] || ! kill -0 $job 2>/dev/null && break; sleep 0.1; done
+  [ -e "$D/hold.held" ] || { wait $job || true; tail -20 "$D/$name.log"; fail "$name: never reached the hold at '$point'"; }
+  eval "$filler"
+  touch "$D/hold.go"
+  rc=0
+  wait $job || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "$name: still running 120 s after the fill (a hang)"
+}
+M=$D/mnt
+unmount() { if mountpoint -q "$M" 2> /dev/null; then umount "$M"; fi; }
+
+case $case_ in
+fill)
+  unmount
+  rm -rf "$D" && mkdir -p "$M"
+  if ! mount -t tmpfs -o size=64m tmpfs "$M" 2> /dev/null; then
+    if [ -z "${FM_DISK_NS:-}" ] && command -v unshare > /dev/null && unshare --user --map-root-user --mount true 2> /dev/null; then
+      echo "mount(2) not permitted here: running in a private user + mount namespace"
+      exec env FM_DISK_NS=1 unshare --user --map-root-user --mount bash "$0" "$@"
+    fi
+    fm_missing "permission to mount a tmpfs (as root, or unprivileged user namespaces for unshare -rm)" \
+      "root, or unprivileged user namespaces (sysctl user.max_user_namespaces > 0)"
+  fi
+  trap unmount EXIT
+  run ref 120 0 train%steps=3 "ckpt%dir='$D/ref_ckpt'" "run%out_dir='$D/ref'"
+  # fill: dd writes until the disk is full; it must end on ENOSPC with <1 MiB left
+  fill="dd if=/dev/zero of='$M/fill' bs=1M > '$D/dd.txt' 2>&1 || true"
+  full() { # NAME: the fill was real
+    grep -q 'No space left on device' "$D/dd.txt" || { cat "$D/dd.txt"; fail "$1: dd did not fill the disk"; }
+    echo "$1: filled at the hold: $(grep -o 'No space left on device' "$D/dd.txt"), $(du -m "$M/fill" | cut -f1) MiB by dd"
+  }
+  # 1. the disk fills after the free-space check, before the reservation
+  # (all but 2 MiB: room for the empty file, not for its reservation)
+  held reserve reserve "$fill; rm -f '$M/fill'; dd if=/dev/zero of='$M/fill' bs=1M \
+    count=\$(( \$(df -k --output=avail '$M' | tail -1) / 1024 - 2 )) 2> /dev/null; df -k '$M' > '$D/df.txt'" train%steps=3 "ckpt%dir='$M'" "run%out_dir='$D/r1'"
+  full reserve
+  [ "$rc" = 1 ] || { tail -20 "$D/reserve.log"; fail "reserve: exit status $rc, expected 1"; }
+  re="checkpoint of step 2 failed: $M/step_00000002.h5.partial: cannot reserve the checkpoint file \([0-9.]+ MiB\): No space left on device \([0-9.]+ [KMG]?i?B free in $M\); nothing was written"
+  grep -qE "$re" "$D/reserve.log" || { tail -20 "$D/reserve.log"; fail "reserve: no '$re'"; }
+  grep -q "^hint: free space in $M" "$D/reserve.log" || fail "reserve: no hint"
+  ! grep -q 'no space for a checkpoint' "$D/reserve.log" || fail "reserve: the free-space check failed; the fill came too early"
+  [ "$(cat "$M/latest")" = step_00000001.h5 ] || fail "reserve: latest is $(cat "$M/latest")"
+  ! ls "$M"/*.partial "$M/latest.tmp" > /dev/null 2>&1 || { ls -la "$M"; fail "reserve: a .partial or latest.tmp is left"; }
+  verify "$M/step_00000001.h5"
+  echo "reserve: exit 1, $(grep -oE 'checkpoint of step 2 failed: .*' "$D/reserve.log")"
+  # 2. the disk fills mid-write: the reserved checkpoint completes
+  rm -rf "${M:?}"/* "$D/dd.txt"
+  held write write "test \$(du -k '$M/step_00000002.h5.partial' | cut -f1) -ge \$((\$(stat -c %s '$D/ref_ckpt/step_00000002.h5') / 1024)) || echo UNRESERVED > '$D/unreserved'; $fill" \
+    train%steps=3 "ckpt%dir='$M'" "run%out_dir='$D/r2'"
+  full write
+  [ ! -e "$D/unreserved" ] || fail "write: the .partial did not hold its full size before the optimizer state was written"
+  [ "$rc" = 1 ] || { tail -20 "$D/write.log"; fail "write: exit status $rc, expected 1 (step 3 has no room)"; }
+  grep -qE "^checkpoint: $M/step_00000002\.h5, " "$D/write.log" || { tail -20 "$D/write.log"; fail "write: step 2's checkpoint was not committed"; }
+  grep -qE "checkpoint of step 3 failed: $M: no space for a checkpoint" "$D/write.log" || { tail -20 "$D/write.log"; fail "write: step 3 did not stop on the free-space check"; }
+  [ "$(cat "$M/latest")" = step_00000002.h5 ] || fail "write: latest is $(cat "$M/latest")"
+  ! ls "$M"/*.partial "$M/latest.tmp" > /dev/null 2>&1 || { ls -la "$M"; fail "write: a .partial or latest.tmp is left"; }
+  verify "$M/step_00000002.h5"
+  /usr/bin/python3 - "$M/step_00000002.h5" "$D/ref_ckpt/step_00000002.h5" <<'PY' || fail "write: step 2 differs from the uninterrupted run's"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+names = []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+assert len(names) > 3, names
+for n in names:
+    assert np.array_equal(a[n][()], b[n][()]), n
+print(f"write: step 2's {len(names)} datasets equal the uninterrupted run's")
+PY
+  echo "write: $(grep -oE 'checkpoint of step 3 failed: .*' "$D/write.log")"
+  echo "PASS: disk fill"
+  ;;
+dir)
+  rm -rf "$D" && mkdir -p "$D"
+  run missing 120 0 train%steps=1 "ckpt%dir='$D/a/b/c'" "run%out_dir='$D/missing'"
+  [ "$(cat "$D/a/b/c/latest")" = step_00000001.h5 ] || fail "missing: no checkpoint in the created directory"
+  echo "missing: $D/a/b/c created, step 1 committed"
+  : > "$D/a_file"
+  run notdir 120 1 train%steps=2 "ckpt%dir='$D/a_file/ckpt'" "run%out_dir='$D/notdir'"
+  grep -q "checkpoint of step 1 failed: $D/a_file/ckpt: cannot create the checkpoint directory: Not a directory (&ckpt dir)" \
+    "$D/notdir.log" || { tail -20 "$D/notdir.log"; fail "notdir: no clear message"; }
+  echo "notdir: exit 1, $(grep -o 'checkpoint of step 1 failed: .*' "$D/notdir.log")"
+  if [ "$(id -u)" != 0 ] || ! command -v setpriv > /dev/null; then
+    fm_missing "root and setpriv, to run as an unprivileged user (permission denied)" "util-linux (setpriv), as root"
+  fi
+  # as nobody: root ignores permissions
+  chmod 0777 "$D"
+  chmod -R a+rX "$WORK/data"
+  asuser() { setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$D" TMPDIR="$D" "$@"; }
+  P=$D/perm
+  asuser timeout -k 5 120 "$MPIEXEC" -n 2 "$FMHPC" "${TRAIN[@]}" train%steps=3 "run%out_dir='$P/ref'" > "$D/perm_ref.log" 2>&1 ||
+    { tail -20 "$D/perm_ref.log"; fail "perm: the reference run as nobody failed"; }
+  rm -f "$D/hold.held" "$D/hold.go"
+  asuser env FMHPC_CKPT_TEST_HOLD="2:start:$D/hold" timeout -k 5 120 "$MPIEXEC" -n 2 "$FMHPC" "${TRAIN[@]}" train%steps=3 \
+    "run%out_dir='$P/run'" > "$D/perm.log" 2>&1 &
+  job=$!
+  for _ in $(seq 900); do [ -e "$D/hold.held" ] || ! kill -0 $job 2>/dev/null && break; sleep 0.1; done
+  [ -e "$D/hold.held" ] || { wait $job || true; tail -20 "$D/perm.log"; fail "perm: never reached the hold"; }
+  chmod 0555 "$P/run/ckpt"
+  touch "$D/hold.go"
+  rc=0
+  wait $job || rc=$?
+  [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "perm: still running after 120 s (a hang)"
+  [ "$rc" = 1 ] || { tail -20 "$D/perm.log"; fail "perm: exit status $rc, expected 1"; }
+  grep -q "checkpoint of step 2 failed: $P/run/ckpt: cannot write $P/run/ckpt/latest.tmp: Permission denied" "$D/perm.log" ||
+    { tail -20 "$D/perm.log"; fail "perm: no clear message"; }
+  [ "$(cat "$P/run/ckpt/latest")" = step_00000001.h5 ] || fail "perm: latest is $(cat "$P/run/ckpt/latest")"
+  ! ls "$P/run/ckpt"/*.partial > /dev/null 2>&1 || fail "perm: a .partial is left"
+  verify "$P/run/ckpt/step_00000001.h5"
+  echo "perm: exit 1, $(grep -o 'checkpoint of step 2 failed: .*' "$D/perm.log")"
+  chmod 0755 "$P/run/ckpt"
+  asuser timeout -k 5 120 "$MPIEXEC" -n 2 "$FMHPC" "${TRAIN[@]}" train%steps=3 "run%out_dir='$P/run'" > "$D/perm_resume.log" 2>&1 ||
+    { tail -20 "$D/perm_resume.log"; fail "perm: the resume failed"; }
+  grep -q "resume: $P/run/ckpt/step_00000001.h5, step 1" "$D/perm_resume.log" || fail "perm: did not resume from step 1"
+  [ -n "$(wsha "$P/ref")" ] && [ "$(wsha "$P/ref")" = "$(wsha "$P/run")" ] || fail "perm: resumed weights differ from the uninterrupted run's"
+  echo "perm: resumed from step 1 after the permission came back; final weights equal the uninterrupted run's ($(wsha "$P/ref"))"
+  echo "PASS: disk dir"
+  ;;
+*) fail "unknown case $case_" ;;
+esac

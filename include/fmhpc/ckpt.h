@@ -28,7 +28,7 @@
  * Commit protocol: rank 0 checks the free space, writes DIR/latest.tmp
  * ("step_N.h5\n") and creates DIR/step_N.h5.partial (N zero-padded to 8
  * digits) as an empty HDF5 file whose full size it allocates on disk
- * (posix_fallocate); the status is agreed over all ranks; all ranks open it,
+ * (fallocate(2)); the status is agreed over all ranks; all ranks open it,
  * write and close it; the status is agreed; rank 0 fsyncs the file, renames
  * it to step_N.h5, fsyncs the directory, renames latest.tmp to `latest` and
  * fsyncs the directory. A crash at any point leaves the previous step_*.h5

@@ -4,6 +4,7 @@
  * intact previous checkpoint. Every status is agreed over all ranks after
  * each dataset, so no rank enters a collective the others have left. The
  * signal flag lives here too; the train loop reduces it (train.c). */
+#define _GNU_SOURCE /* fallocate(2): posix_fallocate would emulate it by writing every block */
 #include "fmhpc/ckpt.h"
 
 #include <dirent.h>
@@ -674,8 +675,9 @@ static double ckpt_bytes(const FmCkptState *s) {
   for (int i = 0; i < s->dist.n; i++) {
     const FmDistEntry *e = &s->dist.e[i];
     const int ndset = e->layout == FM_DIST_FLAT_SHARD ? s->dist.params->n : 1;
-    need += 16384.0 * ndset + (e->layout == FM_DIST_FLAT_SHARD ? (double)s->dist.params->numel * 4.0
-                                                                : (double)e->n * (e->layout == FM_DIST_WHOLE_F64 ? 8.0 : 4.0));
+    need += 16384.0 * ndset + (e->layout == FM_DIST_FLAT_SHARD
+                                   ? (double)s->dist.params->numel * 4.0
+                                   : (double)e->n * (e->layout == FM_DIST_WHOLE_F64 ? 8.0 : 4.0));
   }
   return need + (s->deck_text ? (double)strlen(s->deck_text) : 0.0);
 }
@@ -717,7 +719,8 @@ static int prepare_dir(const char *dir, const FmCkptState *s, const char *final,
 
 /* Rank 0, before any rank opens the file: create it as an empty HDF5 file
  * (serially: an error here is rank 0's alone) and allocate its full size on
- * disk (posix_fallocate). All ranks then open it read-write, which keeps the
+ * disk (fallocate(2); not posix_fallocate, which on a file system without it
+ * writes every block). All ranks then open it read-write, which keeps the
  * allocation (a parallel H5Fcreate would truncate it), so a disk that fills
  * up later cannot fail a collective write or the close, whose ENOSPC the
  * ranks would meet at different points (see ckpt.h): the one ENOSPC is here,
@@ -736,13 +739,15 @@ static int create_reserved(const char *dir, const char *partial, const FmCkptSta
   } else {
     what = "reserve";
     int fd = open(partial, O_WRONLY);
-    e = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)need);
+    e = fd < 0 || fallocate(fd, 0, 0, (off_t)need) != 0 ? errno : 0;
     if (fd >= 0) close(fd);
     if (e == EOPNOTSUPP || e == ENOSYS) {
       static int said;
       if (!said++)
-        fm_warn0("%s: the file system cannot reserve space (posix_fallocate: %s): checkpoints are written "
-                 "unreserved, and a disk that fills during a write may hang the job", dir, strerror(e));
+        fm_warn0(
+            "%s: the file system cannot reserve space (fallocate: %s): checkpoints are written "
+            "unreserved, and a disk that fills during a write may hang the job",
+            dir, strerror(e));
       return 0;
     }
     if (!e) return 0;
@@ -752,8 +757,8 @@ static int create_reserved(const char *dir, const char *partial, const FmCkptSta
            "%s: cannot %s the checkpoint file (%s): %s (%s free in %s); nothing was written and `latest` still "
            "names the previous checkpoint\nhint: free space in %s (or lower &ckpt keep) or make it writable, then "
            "resume",
-           partial, what, fm_fmt_bytes(a, sizeof a, need), strerror(e), fm_fmt_bytes(b, sizeof b, free_bytes(dir)),
-           dir, dir);
+           partial, what, fm_fmt_bytes(a, sizeof a, need), strerror(e), fm_fmt_bytes(b, sizeof b, free_bytes(dir)), dir,
+           dir);
   return FM_EIO;
 }
 

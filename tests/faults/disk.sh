@@ -153,7 +153,7 @@ dir)
   wait $job || rc=$?
   [ "$rc" != 124 ] && [ "$rc" != 137 ] || fail "perm: still running after 120 s (a hang)"
   [ "$rc" = 1 ] || { tail -20 "$D/perm.log"; fail "perm: exit status $rc, expected 1"; }
-  grep -q "checkpoint of step 2 failed: $P/run/ckpt: cannot write $P/run/ckpt/latest.tmp: Permission denied" "$D/perm.log" ||
+  grep -q "checkpoint of step 2 failed: $P/run/ckpt: cannot write $P/run/ckpt/latest.tmp: Permission denied (&ckpt dir must be writable)" "$D/perm.log" ||
     { tail -20 "$D/perm.log"; fail "perm: no clear message"; }
   [ "$(cat "$P/run/ckpt/latest")" = step_00000001.h5 ] || fail "perm: latest is $(cat "$P/run/ckpt/latest")"
   ! ls "$P/run/ckpt"/*.partial > /dev/null 2>&1 || fail "perm: a .partial is left"

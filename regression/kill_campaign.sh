@@ -242,7 +242,7 @@ for i in $(seq "$N"); do
   bucket=$(echo "$landed" | sed -E 's/ \(.*//; s/ \[.*//; s/^mid-write.*/mid-write/; s/^mid-step.*/mid-step/; s/^commit.*/commit/')
   where_n[$bucket]=$(( ${where_n[$bucket]:-0} + 1 ))
   resumed=$({ grep -o 'resume: [^,]*, step [0-9]*' "$log" || true; } | tail -1 | sed 's|.*/||')
-  echo "trial $i: $kind kill at $np ranks: $landed; resumed at $np2 ranks from ${resumed:-step 0 (nothing committed)}: $verdict"
+  echo "trial $i: $kind kill at np=$np: $landed; resumed at np=$np2 from ${resumed:-step 0 (nothing committed)}: $verdict"
   [ "$verdict" = identical ] || echo "$out"
   [ "$verdict" != identical ] || rm -rf "$T/run/ckpt" "$T/store"
 done

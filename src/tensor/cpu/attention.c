@@ -16,6 +16,10 @@
  * query heads and the query blocks in order), one over (b, head, query block)
  * tasks that own dQ rows (key blocks in order). The second pass recomputes
  * S and dP: two more sgemm per tile, the price of fixed summation orders.
+ * When B * NKV tasks keep the threads busy, one fused pass per (b, kv head)
+ * owns that group's dK, dV and dQ rows and does both with each tile's S and
+ * dP computed once, adding in the same orders with the same calls: the same
+ * bits as the two passes, with 5 sgemm a tile instead of 7.
  *
  * Masks: key s is visible from query t iff s <= t and (seg NULL or
  * seg[b*T+s] == seg[b*T+t]). s = t is always visible, so no row is fully
@@ -31,6 +35,7 @@
 #pragma GCC optimize("no-trapping-math")
 #endif
 #include <math.h>
+#include <omp.h>
 
 #include "fmhpc/tensor.h"
 
@@ -210,6 +215,39 @@ static void bwd_kv_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int6
   }
 }
 
+/* The fused pass: every dK, dV and dQ row of batch row b and kv head g in
+ * one task, each tile's S and dP computed once (5 products a tile, not 7).
+ * The loops (query head h, key block, query block) add into dK/dV in the
+ * order of bwd_kv_block (h, then query blocks) and into dQ in the order of
+ * bwd_q_block (key blocks ascending), with the same calls: the same bits as
+ * the two passes. Used when there are enough (b, g) tasks for the threads. */
+static void bwd_group(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t g) {
+  const int64_t HS = a->HS, T = a->T, rep = a->NH / a->NKV, ldo = a->NH * HS;
+  float S[FM_ATT_BR * FM_ATT_BC], dP[FM_ATT_BR * FM_ATT_BC], D[FM_ATT_BR];
+  unsigned char allow[FM_ATT_BR * FM_ATT_BC];
+  for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+    for (int64_t s0 = 0; s0 < T; s0 += FM_ATT_BC) {
+      const int64_t nc = T - s0 < FM_ATT_BC ? T - s0 : FM_ATT_BC;
+      const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;
+      float *dK = gr->dk ? gr->dk + (b * T + s0) * a->ldkv + g * HS : NULL;
+      float *dV = gr->dv ? gr->dv + (b * T + s0) * a->ldkv + g * HS : NULL;
+      for (int64_t t0 = (s0 / FM_ATT_BR) * FM_ATT_BR; t0 < T; t0 += FM_ATT_BR) {
+        const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
+        if (tile_mask(allow, a, b, t0, nr, s0, nc) == 0) continue;
+        block_D(D, gr, a, b, h, t0, nr);
+        tile_P_dS(S, dP, allow, gr, a, b, h, g, t0, nr, s0, nc, D);
+        const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
+        const float *dO = gr->dout + (b * T + t0) * ldo + h * HS;
+        if (dV) fm__cpu_gemm1(1, 0, nc, HS, nr, 1.0f, S, FM_ATT_BC, dO, ldo, 1.0f, dV, a->ldkv);        /* P^T dO */
+        if (dK) fm__cpu_gemm1(1, 0, nc, HS, nr, a->scale, dP, FM_ATT_BC, Q, a->ldq, 1.0f, dK, a->ldkv); /* dS^T Q */
+        if (gr->dq)                                                                                     /* dS K */
+          fm__cpu_gemm1(0, 0, nr, HS, nc, a->scale, dP, FM_ATT_BC, K, a->ldkv, 1.0f,
+                        gr->dq + (b * T + t0) * a->ldq + h * HS, a->ldq);
+      }
+    }
+  }
+}
+
 /* dQ rows [t0, t0+nr) of head h: key blocks in order. */
 static void bwd_q_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
   const int64_t HS = a->HS, T = a->T, g = h / (a->NH / a->NKV);
@@ -236,6 +274,14 @@ void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
   const AttnGrads gr = {dq, dk, dv, dout, out, lse};
   const int64_t nkb = (T + FM_ATT_BC - 1) / FM_ATT_BC, nqb = (T + FM_ATT_BR - 1) / FM_ATT_BR;
   const int par = B * NH * T * T * HS >= FM_ATT_OMP_MIN;
+  /* Same bits either way; the fused pass does 5/7 of the products but has
+   * only B * NKV tasks, so it is taken when they keep every thread busy. */
+  if (B * NKV >= 2 * (int64_t)(par ? omp_get_max_threads() : 1)) {
+    const int64_t tasks = B * NKV;
+#pragma omp parallel for schedule(dynamic, 1) if (par && tasks > 1)
+    for (int64_t i = 0; i < tasks; i++) bwd_group(&gr, &a, i / NKV, i % NKV);
+    return;
+  }
   if (dk || dv) {
     const int64_t tasks = nkb * B * NKV; /* early key blocks are seen by the most queries: first */
 #pragma omp parallel for schedule(dynamic, 1) if (par && tasks > 1)
@@ -258,8 +304,8 @@ void fm_cpu_attention_bwd(float *dq, float *dk, float *dv, const float *dout, co
 /* fwd_block's algorithm for one query row at t = pos[b]: the same key tiles
  * [s0, s0 + BC), cut at t + 1 (keys after t are not read: the cache holds
  * nothing valid there yet). */
-static void decode_row(float *o, const float *Q, const float *kc, const float *vc, int64_t ldkv, int64_t t,
-                       int64_t HS, float scale) {
+static void decode_row(float *o, const float *Q, const float *kc, const float *vc, int64_t ldkv, int64_t t, int64_t HS,
+                       float scale) {
   float S[FM_ATT_BC], acc[FM_ATT_HSMAX] = {0}, m = -INFINITY, l = 0.0f;
   for (int64_t s0 = 0; s0 <= t; s0 += FM_ATT_BC) {
     const int64_t nc = t + 1 - s0 < FM_ATT_BC ? t + 1 - s0 : FM_ATT_BC;

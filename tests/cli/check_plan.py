@@ -14,7 +14,7 @@ import sys
 
 FMHPC, INPUTS = sys.argv[1], sys.argv[2]
 BLOCK = 65536  # FM_DIST_BLOCK: ZeRO shards and reduction scales are whole blocks
-XENT_VC = 2048  # vocab columns per cross-entropy chunk (the CPU op's scratch)
+XENT_RS = 512  # rows of logits the CPU cross-entropy op holds at once (its scratch)
 GIB = 1 << 30
 
 
@@ -60,7 +60,7 @@ def act_elems(m, tp, b, recompute):
         grad = 3 * BT * C + 2 * BT * Q + 2 * BT * KV + 2 * BT * F
     resid = (L + 1) * BT * C
     N = BT
-    extra = N + b * C + b * V + (N * min(V, XENT_VC) + 3 * N)  # token weights, logits rows, xent scratch
+    extra = N + b * C + b * V + (min(N, XENT_RS) * V + 3 * N)  # token weights, logits rows, xent scratch
     return resid + per_layer_copies * layer + once + grad + extra
 
 

@@ -1,5 +1,5 @@
 /* test_ops_xent.c: fm_cpu_xent_fwd_bwd (output projection fused with softmax
- * cross-entropy in vocab chunks) against a float64 reference written here as
+ * cross-entropy in row blocks and vocab chunks) against a float64 reference written here as
  * torch's cross_entropy: loss_n = logsumexp(x_n W^T) - (x_n W^T)[target_n],
  * returned sum_n weight[n] loss_n. The loss to 1e-6 relative; dx against
  * central differences of the float64 loss to 1e-5 (rel) / 1e-4 (max); dw
@@ -65,9 +65,12 @@ static void xent_ref_grad(double *gx, double *gw, const XentRef *r) {
   free(z);
 }
 
+/* rows [mask_lo, mask_hi) are masked as well (whole row tiles and blocks) */
+static int64_t mask_lo, mask_hi;
+
 static void make_targets(int32_t *tg, float *wt, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; n++) {
-    const int masked = n % 4 == 2;
+    const int masked = n % 4 == 2 || (n >= mask_lo && n < mask_hi);
     tg[n] = masked ? -1 : (int32_t)(ops_next() % (uint64_t)V);
     wt[n] = masked ? 0.0f : (float)ops_uniform(0.2, 1.0);
   }
@@ -161,6 +164,14 @@ FM_TEST(xent_three_chunks_ragged) { /* 5003 = 2048 + 2048 + 907 */
 FM_TEST(xent_many_row_blocks) { /* 300 rows: three 128-row tasks, one ragged */
   ops_seed(53);
   check_xent(300, 4, 2100, 0);
+}
+
+FM_TEST(xent_masked_row_blocks) { /* 1300 rows: blocks of 512 (the last ragged); rows 128-1023
+                                    masked: three masked 128-row tasks in block 0, all of block 1 */
+  ops_seed(54);
+  mask_lo = 128, mask_hi = 1024;
+  check_xent(1300, 4, 2100, 0);
+  mask_lo = mask_hi = 0;
 }
 
 FM_TEST(xent_all_masked_is_zero) {

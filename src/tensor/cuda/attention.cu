@@ -13,8 +13,8 @@
  * query. So every output element has one writer and one summation order:
  * the same bits run to run.
  * When the backend computes in bf16 (fm_cuda_attention_set_bf16, set by the
- * CUDA set_compute_bf16 op) and the shape fits (head size 64 or 128, 16-byte
- * aligned rows), attention_flash.cu's tensor-core kernels run instead: they
+ * CUDA set_compute_bf16 op) and the shape fits (head size 64 or 128, even
+ * row strides), attention_flash.cu's tensor-core kernels run instead: they
  * round q, k, v, dout to bf16 as the bf16 GEMMs round their inputs; in fp32
  * compute this fp32 version keeps the CPU op's precision. It is O(T^2 HS)
  * work per head like the flash one, but without data reuse.
@@ -200,16 +200,14 @@ extern "C" void FM_CUDA_OP(attention_flash_bwd)(float *dq, float *dk, float *dv,
                                                 const float *lse, const float *q, const float *k, const float *v,
                                                 int64_t ldq, int64_t ldkv, const int32_t *seg, int64_t B, int64_t T,
                                                 int64_t NH, int64_t NKV, int64_t HS);
-static int fm__att_flash(const float *q, const float *k, const float *v, const float *out, const float *dout,
-                         int64_t ldq, int64_t ldkv, int64_t HS) {
-  return fm__att_bf16 && FM_CUDA_OP(attention_flash_fits)(q, k, v, ldq, ldkv, HS) && ((uintptr_t)out & 15u) == 0 &&
-         ((uintptr_t)dout & 15u) == 0;
+static int fm__att_flash(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv, int64_t HS) {
+  return fm__att_bf16 && FM_CUDA_OP(attention_flash_fits)(q, k, v, ldq, ldkv, HS);
 }
 
 extern "C" void FM_CUDA_OP(attention_fwd)(float *out, float *lse, const float *q, const float *k, const float *v,
                                           int64_t ldq, int64_t ldkv, const int32_t *seg, int64_t B, int64_t T,
                                           int64_t NH, int64_t NKV, int64_t HS) {
-  if (fm__att_flash(q, k, v, out, NULL, ldq, ldkv, HS)) {
+  if (fm__att_flash(q, k, v, ldq, ldkv, HS)) {
     FM_CUDA_OP(attention_flash_fwd)(out, lse, q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS);
     return;
   }
@@ -222,7 +220,7 @@ extern "C" void FM_CUDA_OP(attention_bwd)(float *dq, float *dk, float *dv, const
                                           const float *lse, const float *q, const float *k, const float *v, int64_t ldq,
                                           int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH,
                                           int64_t NKV, int64_t HS) {
-  if (fm__att_flash(q, k, v, out, dout, ldq, ldkv, HS)) {
+  if (fm__att_flash(q, k, v, ldq, ldkv, HS)) {
     FM_CUDA_OP(attention_flash_bwd)(dq, dk, dv, dout, out, lse, q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS);
     return;
   }

@@ -6,8 +6,9 @@
  * (fm_cuda_attention_set_bf16) and the shape fits (fm__fa_fits); otherwise
  * its fp32 kernels run.
  *
- * Rounding. q, k, v and dout are rounded to bf16 (nearest even) as their
- * tiles are copied into shared memory; so are the probabilities P before
+ * Rounding. q, k, v and dout are rounded to bf16 (nearest even) once per
+ * call, into dense grow-once device copies (fm__fa_to_bf16; the first step
+ * allocates them), which the kernels read as 16-byte chunks; so are the probabilities P before
  * P V and P^T dO, and dS before dS^T Q and dS K (FlashAttention-2 does the
  * same). Scores, the online softmax, l, lse, D, and every accumulator are
  * fp32. out and lse, dq, dk, dv stay fp32 arrays, as the op's contract.
@@ -32,9 +33,12 @@
  * nothing of a tile (causal or document mask) skips it (__any_sync); a
  * masked entry gets probability exactly 0.
  *
- * Alignment: q, k, v, out, dout 16-byte aligned, ldq and ldkv multiples of 4
- * (fm__fa_fits checks; the fp32 kernels take the rest).
- * Shared memory: 27 KiB (HS 64) or 51 KiB (HS 128) per block, rows padded
+ * Tiles travel global -> shared memory in 16-byte chunks (FmFaStage); where
+ * registers allow (FM__FA_PF_*: the forward at head size 64) the next key
+ * tile is fetched into registers right after the current one is stored, so
+ * its loads are in flight while the current one is computed on. One barrier
+ * before and one after each store. Shapes: head size 64 or 128, even row strides (the fits test; the
+ * fp32 kernels take the rest). Shared memory: 27 KiB (HS 64) or 51 KiB (HS 128) per block, rows padded
  * by 16 bytes so ldmatrix's 8 row addresses hit distinct banks. */
 #include "cuda_common.cuh"
 #include "mma.cuh"
@@ -44,6 +48,17 @@
 #define FM__FA_THREADS 128 /* 4 warps, 16 rows each */
 #define FM__FA_ROWS    64  /* query rows (fwd, dQ) or key rows (dK/dV) per block */
 #define FM__FA_LOG2E   1.4426950408889634
+/* Which kernels prefetch the next tile into registers (FmFaStage): only
+ * where it costs no resident block. ptxas -v (CUDA 13, sm_80/sm_90) without
+ * and with: forward HS 64 131 -> 167 registers (3 blocks of 128 threads per
+ * SM either way), HS 128 169 -> 249 (3 -> 2); dQ HS 64 150 -> 202 (3 -> 2);
+ * dK/dV 203..248 -> 230..255. Measure on a GPU before changing
+ * (regression/gpu/check.sh times attention). */
+#ifndef FM__FA_PF_FWD
+#define FM__FA_PF_FWD (HS == 64)
+#define FM__FA_PF_DQ  0
+#define FM__FA_PF_DKV 0
+#endif
 /* Loops over fragment registers are unrolled so the arrays stay in registers. */
 #ifdef FM_SIMT
 #define FM__UNROLL
@@ -62,19 +77,21 @@ extern "C" void FM_CUDA_OP(attention_flash_bwd)(float *dq, float *dk, float *dv,
                                                 int64_t NH, int64_t NKV, int64_t HS);
 
 typedef struct FmFaArgs {
-  const float *q, *k, *v; /* head h of row n at q + n*ldq + h*HS; kv head g at k + n*ldkv + g*HS */
-  int64_t ldq, ldkv;
+  /* bf16 copies (fm__fa_to_bf16), dense: head h of row n at q + n*NH*HS + h*HS,
+   * kv head g at k + n*NKV*HS + g*HS; dout as q (backward only) */
+  const uint16_t *q, *k, *v, *dout;
+  int64_t ldq, ldkv;  /* the fp32 q and k/v rows' strides: dq's and dk/dv's */
   const int32_t *seg; /* (B, T) or NULL */
   int64_t B, T, NH, NKV;
   float scale;  /* 1/sqrt(HS) */
   float scale2; /* scale * log2(e): scores in base-2 units */
 } FmFaArgs;
 
-struct alignas(16) Fm4f {
+struct alignas(16) Fm4f { /* the dynamic shared memory's element: 16-byte aligned */
   float x, y, z, w;
 };
-struct alignas(8) Fm2u {
-  uint32_t x, y;
+struct alignas(16) Fm8h { /* 8 bf16 */
+  uint32_t x, y, z, w;
 };
 
 /* ---- small pieces ------------------------------------------------------------ */
@@ -88,40 +105,65 @@ static __device__ __forceinline__ uint32_t fm__bf16x2(float lo, float hi) {
   return (uint32_t)fm_f32_to_bf16(lo) | ((uint32_t)fm_f32_to_bf16(hi) << 16);
 #endif
 }
-static __device__ __forceinline__ Fm4f fm__ld4(const float *p) {
+static __device__ __forceinline__ Fm8h fm__ld8h(const uint16_t *p) {
 #ifdef FM_SIMT
   if ((uintptr_t)p & 15u) fmsim::fail("flash attention: a 16-byte load from %p, not 16-byte aligned", (const void *)p);
-  Fm4f x;
+  Fm8h x;
   memcpy(&x, p, sizeof x);
   return x;
 #else
-  return *reinterpret_cast<const Fm4f *>(p);
+  return *reinterpret_cast<const Fm8h *>(p);
 #endif
 }
-static __device__ __forceinline__ void fm__st2(uint16_t *p, Fm2u w) {
+static __device__ __forceinline__ void fm__st8h(uint16_t *p, Fm8h w) {
 #ifdef FM_SIMT
   memcpy(p, &w, sizeof w);
 #else
-  *reinterpret_cast<Fm2u *>(p) = w;
+  *reinterpret_cast<Fm8h *>(p) = w;
 #endif
 }
 
-/* R rows x HS of a fp32 matrix (row r at src + r*ld) into shared memory as
- * bf16 with row stride HS + 8; rows >= nvalid become zeros. */
+/* A tile of R rows x HS bf16 on its way from global memory (row r at
+ * src + r*ld) to shared memory (row stride HS + 8), held in registers in
+ * between, so the next tile's loads can be in flight while the current one
+ * is computed on: fetch, (work), barrier, store. Rows >= nvalid are zeros. */
 template <int HS, int R>
-static __device__ __forceinline__ void fm__fa_load(uint16_t *dst, const float *src, int64_t ld, int nvalid) {
-  constexpr int C4 = HS / 4;
-  for (int i = threadIdx.x; i < R * C4; i += FM__FA_THREADS) {
-    const int r = i / C4, c = (i % C4) * 4;
-    Fm2u w = {0u, 0u};
-    if (r < nvalid) {
-      const Fm4f x = fm__ld4(src + r * ld + c);
-      w.x = fm__bf16x2(x.x, x.y);
-      w.y = fm__bf16x2(x.z, x.w);
+struct FmFaStage {
+  static constexpr int C8 = HS / 8, CH = R * C8 / FM__FA_THREADS;
+  static_assert(CH * FM__FA_THREADS == R * C8, "a tile is a whole number of 16-byte chunks per thread");
+  Fm8h r[CH];
+  __device__ __forceinline__ void fetch(const uint16_t *src, int64_t ld, int nvalid) {
+    FM__UNROLL
+    for (int j = 0; j < CH; j++) {
+      const int i = (int)threadIdx.x + j * FM__FA_THREADS, row = i / C8, c = (i % C8) * 8;
+      if (row < nvalid) {
+        r[j] = fm__ld8h(src + row * ld + c);
+      } else {
+        r[j].x = r[j].y = r[j].z = r[j].w = 0u;
+      }
     }
-    fm__st2(dst + r * (HS + 8) + c, w);
   }
-}
+  /* fetch and store in one pass, chunk by chunk (no registers held) */
+  static __device__ __forceinline__ void copy(uint16_t *dst, const uint16_t *src, int64_t ld, int nvalid) {
+    for (int i = (int)threadIdx.x; i < R * C8; i += FM__FA_THREADS) {
+      const int row = i / C8, c = (i % C8) * 8;
+      Fm8h w;
+      if (row < nvalid) {
+        w = fm__ld8h(src + row * ld + c);
+      } else {
+        w.x = w.y = w.z = w.w = 0u;
+      }
+      fm__st8h(dst + row * (HS + 8) + c, w);
+    }
+  }
+  __device__ __forceinline__ void store(uint16_t *dst) const {
+    FM__UNROLL
+    for (int j = 0; j < CH; j++) {
+      const int i = (int)threadIdx.x + j * FM__FA_THREADS, row = i / C8, c = (i % C8) * 8;
+      fm__st8h(dst + row * (HS + 8) + c, r[j]);
+    }
+  }
+};
 
 /* A fragment (16 x 16, row-major) at rows r0.., cols c0.. of a shared tile. */
 template <int HS>
@@ -208,6 +250,7 @@ template <int HS>
 struct FmFaFwd {
   static constexpr int BC = 64, NC = BC / 8, NT = HS / 8;
   static constexpr size_t smem = (size_t)(FM__FA_ROWS + 2 * BC) * (HS + 8) * 2 + BC * 4;
+  static constexpr bool PF = FM__FA_PF_FWD;
 };
 
 template <int HS>
@@ -224,22 +267,38 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
   const int32_t *segb = a.seg ? a.seg + b * T : NULL;
   const int32_t rs[2] = {segb && r0 < T ? segb[r0] : 0, segb && r0 + 8 < T ? segb[r0 + 8] : 0};
 
-  fm__fa_load<HS, FM__FA_ROWS>(sQ, a.q + (b * T + t0) * a.ldq + h * HS, a.ldq,
-                               (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS));
+  const int64_t ldq = a.NH * HS, ldkv = a.NKV * HS; /* the bf16 copies' */
+  FmFaStage<HS, FM__FA_ROWS>::copy(sQ, a.q + (b * T + t0) * ldq + h * HS, ldq,
+                                   (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS));
   float o[P::NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   FM__UNROLL
   for (int n = 0; n < P::NT; n++) FM__UNROLL
   for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
 
   const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
+  FmFaStage<HS, P::BC> stk, stv;
+  if (P::PF) {
+    stk.fetch(a.k + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
+    stv.fetch(a.v + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
+  }
   for (int64_t s0 = 0; s0 < kend; s0 += P::BC) {
     const int nk = (int)(T - s0 < P::BC ? T - s0 : P::BC);
     __syncthreads(); /* the previous tile's readers are done */
-    const int64_t kvoff = (b * T + s0) * a.ldkv + g * HS;
-    fm__fa_load<HS, P::BC>(sK, a.k + kvoff, a.ldkv, nk);
-    fm__fa_load<HS, P::BC>(sV, a.v + kvoff, a.ldkv, nk);
+    if (P::PF) {
+      stk.store(sK);
+      stv.store(sV);
+    } else {
+      FmFaStage<HS, P::BC>::copy(sK, a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+      FmFaStage<HS, P::BC>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+    }
     for (int i = threadIdx.x; i < P::BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
     __syncthreads();
+    if (P::PF && s0 + P::BC < kend) { /* the next tile's loads overlap this tile's work */
+      const int64_t s1 = s0 + P::BC;
+      const int nk1 = (int)(T - s1 < P::BC ? T - s1 : P::BC);
+      stk.fetch(a.k + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
+      stv.fetch(a.v + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
+    }
     const uint32_t vis = fm__fa_vis<P::NC>(r0, s0, T, 1, rs, sSeg);
     if (!__any_sync(0xffffffffu, vis != 0)) continue; /* the warp's rows see nothing here */
 
@@ -297,19 +356,19 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
 /* ---- backward: D = rowsum(dout * out) ------------------------------------------- */
 /* One warp per (b, h, t): lane partials in double, fixed butterfly, rounded
  * once to float (the CPU op's block_D sums in double too, in another order).
- * dout is rounded to bf16 here as in dP = dout V^T, so that D is the row's
+ * dout is bf16 here (its copy) as in dP = dout V^T, so that D is the row's
  * sum_s P dP and the rows of dS = P (dP - D) sum to zero as they should: with
  * fp32 dout here, D would differ from it by up to 2^-9 sum|dout out|, and
  * that error, not cancelled, would reach every dS of the row. */
-static __global__ void fm__fa_D_kernel(float *D, const float *dout, const float *out, int64_t B, int64_t T, int64_t NH,
-                                       int64_t HS) {
+static __global__ void fm__fa_D_kernel(float *D, const uint16_t *dout, const float *out, int64_t B, int64_t T,
+                                       int64_t NH, int64_t HS) {
   const int64_t row = (int64_t)blockIdx.x * (FM__FA_THREADS / 32) + (threadIdx.x >> 5); /* (b, h, t) */
   if (row >= B * NH * T) return;
   const int64_t t = row % T, h = (row / T) % NH, b = row / (T * NH);
   const int64_t off = (b * T + t) * NH * HS + h * HS;
   double s = 0.0;
   for (int64_t d = threadIdx.x & 31; d < HS; d += 32)
-    s = fm__dadd(s, fm__dmul((double)fm_round_bf16(dout[off + d]), out[off + d]));
+    s = fm__dadd(s, fm__dmul((double)fm_bf16_to_f32(dout[off + d]), out[off + d]));
   s = fm__warp_sum_d(s);
   if ((threadIdx.x & 31) == 0) D[row] = (float)s;
 }
@@ -318,19 +377,21 @@ static __global__ void fm__fa_D_kernel(float *D, const float *dout, const float 
 template <int HS>
 struct FmFaDkv {
   static constexpr int BQ = HS == 128 ? 16 : 64, NC = BQ / 8, NT = HS / 8;
+  /* prefetch the next query tile (no room in 255 registers at HS 128) */
+  static constexpr bool PF = FM__FA_PF_DKV;
   static constexpr size_t smem = (size_t)(2 * FM__FA_ROWS + 2 * BQ) * (HS + 8) * 2 + 3 * BQ * 4;
 };
 
 template <int HS>
 static __global__ void __launch_bounds__(FM__FA_THREADS)
-    fm__fa_dkv_kernel(float *dk, float *dv, const float *dout, const float *lse, const float *D, FmFaArgs a) {
+    fm__fa_dkv_kernel(float *dk, float *dv, const float *lse, const float *D, FmFaArgs a) {
   typedef FmFaDkv<HS> P;
   FM_DYN_SMEM(Fm4f, smem);
   uint16_t *sK = (uint16_t *)smem, *sV = sK + FM__FA_ROWS * (HS + 8), *sQ = sV + FM__FA_ROWS * (HS + 8),
            *sdO = sQ + P::BQ * (HS + 8);
   float *sL = (float *)(sdO + P::BQ * (HS + 8)), *sD = sL + P::BQ;
   int32_t *sSeg = (int32_t *)(sD + P::BQ);
-  const int64_t T = a.T, BG = a.B * a.NKV, rep = a.NH / a.NKV, ldo = a.NH * HS;
+  const int64_t T = a.T, BG = a.B * a.NKV, rep = a.NH / a.NKV, ldq = a.NH * HS, ldkv = a.NKV * HS;
   const int64_t bg = blockIdx.x % BG, s0 = (blockIdx.x / BG) * FM__FA_ROWS; /* early key tiles (most work) first */
   const int64_t b = bg / a.NKV, g = bg % a.NKV;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
@@ -339,44 +400,63 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
   const int32_t rs[2] = {segb && r0 < T ? segb[r0] : 0, segb && r0 + 8 < T ? segb[r0 + 8] : 0};
 
   const int nk = (int)(T - s0 < FM__FA_ROWS ? T - s0 : FM__FA_ROWS);
-  const int64_t kvoff = (b * T + s0) * a.ldkv + g * HS;
-  fm__fa_load<HS, FM__FA_ROWS>(sK, a.k + kvoff, a.ldkv, nk);
-  fm__fa_load<HS, FM__FA_ROWS>(sV, a.v + kvoff, a.ldkv, nk);
+  FmFaStage<HS, FM__FA_ROWS>::copy(sK, a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+  FmFaStage<HS, FM__FA_ROWS>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
   float ak[P::NT][4], av[P::NT][4];
   FM__UNROLL
   for (int n = 0; n < P::NT; n++) FM__UNROLL
   for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
 
-  for (int64_t h = g * rep; h < (g + 1) * rep; h++)
-    for (int64_t t0 = (s0 / P::BQ) * P::BQ; t0 < T; t0 += P::BQ) {
-      const int nq = (int)(T - t0 < P::BQ ? T - t0 : P::BQ);
-      __syncthreads();
-      fm__fa_load<HS, P::BQ>(sQ, a.q + (b * T + t0) * a.ldq + h * HS, a.ldq, nq);
-      fm__fa_load<HS, P::BQ>(sdO, dout + (b * T + t0) * ldo + h * HS, ldo, nq);
-      for (int i = threadIdx.x; i < P::BQ; i += FM__FA_THREADS) {
-        const int64_t li = (b * a.NH + h) * T + t0 + i;
-        sL[i] = i < nq ? fm_mulf(lse[li], (float)FM__FA_LOG2E) : 0.0f;
-        sD[i] = i < nq ? D[li] : 0.0f;
-        sSeg[i] = segb && i < nq ? segb[t0 + i] : 0;
-      }
-      __syncthreads();
-      const uint32_t vis = fm__fa_vis<P::NC>(r0, t0, T, 0, rs, sSeg);
-      if (!__any_sync(0xffffffffu, vis != 0)) continue;
-
-      float p[P::NC][4], ds[P::NC][4];
-      fm__fa_abt<HS, P::NC>(p, sK, 16 * warp, sQ);   /* S^T = K Q^T */
-      fm__fa_abt<HS, P::NC>(ds, sV, 16 * warp, sdO); /* dP^T = V dO^T */
-      FM__UNROLL
-      for (int n = 0; n < P::NC; n++) FM__UNROLL
-      for (int i = 0; i < 4; i++) {
-        const int c = 8 * n + 2 * tq + (i & 1);
-        const float pv = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(fm_mulf(p[n][i], a.scale2), sL[c])) : 0.0f;
-        p[n][i] = pv;
-        ds[n][i] = fm_mulf(pv, fm_subf(ds[n][i], sD[c]));
-      }
-      fm__fa_pb<HS, P::NC>(av, p, sdO); /* dV += P^T dO */
-      fm__fa_pb<HS, P::NC>(ak, ds, sQ); /* dK += dS^T Q */
+  /* the group's query heads, then the query tiles t0 >= the first key, in
+   * order, as one sequence of steps so the next step's loads can be in flight */
+  const int64_t tstart = (s0 / P::BQ) * P::BQ, ntq = (T - tstart + P::BQ - 1) / P::BQ, steps = rep * ntq;
+  FmFaStage<HS, P::BQ> pq, pd;
+  if (P::PF && steps > 0) {
+    const int nq0 = (int)(T - tstart < P::BQ ? T - tstart : P::BQ);
+    pq.fetch(a.q + (b * T + tstart) * ldq + g * rep * HS, ldq, nq0);
+    pd.fetch(a.dout + (b * T + tstart) * ldq + g * rep * HS, ldq, nq0);
+  }
+  for (int64_t it = 0; it < steps; it++) {
+    const int64_t h = g * rep + it / ntq, t0 = tstart + (it % ntq) * P::BQ;
+    const int nq = (int)(T - t0 < P::BQ ? T - t0 : P::BQ);
+    __syncthreads();
+    if (P::PF) {
+      pq.store(sQ);
+      pd.store(sdO);
+    } else {
+      FmFaStage<HS, P::BQ>::copy(sQ, a.q + (b * T + t0) * ldq + h * HS, ldq, nq);
+      FmFaStage<HS, P::BQ>::copy(sdO, a.dout + (b * T + t0) * ldq + h * HS, ldq, nq);
     }
+    for (int i = threadIdx.x; i < P::BQ; i += FM__FA_THREADS) {
+      const int64_t li = (b * a.NH + h) * T + t0 + i;
+      sL[i] = i < nq ? fm_mulf(lse[li], (float)FM__FA_LOG2E) : 0.0f;
+      sD[i] = i < nq ? D[li] : 0.0f;
+      sSeg[i] = segb && i < nq ? segb[t0 + i] : 0;
+    }
+    __syncthreads();
+    if (P::PF && it + 1 < steps) {
+      const int64_t h1 = g * rep + (it + 1) / ntq, t1 = tstart + ((it + 1) % ntq) * P::BQ;
+      const int nq1 = (int)(T - t1 < P::BQ ? T - t1 : P::BQ);
+      pq.fetch(a.q + (b * T + t1) * ldq + h1 * HS, ldq, nq1);
+      pd.fetch(a.dout + (b * T + t1) * ldq + h1 * HS, ldq, nq1);
+    }
+    const uint32_t vis = fm__fa_vis<P::NC>(r0, t0, T, 0, rs, sSeg);
+    if (!__any_sync(0xffffffffu, vis != 0)) continue;
+
+    float p[P::NC][4], ds[P::NC][4];
+    fm__fa_abt<HS, P::NC>(p, sK, 16 * warp, sQ);   /* S^T = K Q^T */
+    fm__fa_abt<HS, P::NC>(ds, sV, 16 * warp, sdO); /* dP^T = V dO^T */
+    FM__UNROLL
+    for (int n = 0; n < P::NC; n++) FM__UNROLL
+    for (int i = 0; i < 4; i++) {
+      const int c = 8 * n + 2 * tq + (i & 1);
+      const float pv = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(fm_mulf(p[n][i], a.scale2), sL[c])) : 0.0f;
+      p[n][i] = pv;
+      ds[n][i] = fm_mulf(pv, fm_subf(ds[n][i], sD[c]));
+    }
+    fm__fa_pb<HS, P::NC>(av, p, sdO); /* dV += P^T dO */
+    fm__fa_pb<HS, P::NC>(ak, ds, sQ); /* dK += dS^T Q */
+  }
 
   FM__UNROLL
   for (int hr = 0; hr < 2; hr++) {
@@ -398,17 +478,18 @@ template <int HS>
 struct FmFaDq {
   static constexpr int BC = HS == 128 ? 32 : 64, NC = BC / 8, NT = HS / 8;
   static constexpr size_t smem = (size_t)(2 * FM__FA_ROWS + 2 * BC) * (HS + 8) * 2 + BC * 4;
+  static constexpr bool PF = FM__FA_PF_DQ;
 };
 
 template <int HS>
 static __global__ void __launch_bounds__(FM__FA_THREADS)
-    fm__fa_dq_kernel(float *dq, const float *dout, const float *lse, const float *D, FmFaArgs a) {
+    fm__fa_dq_kernel(float *dq, const float *lse, const float *D, FmFaArgs a) {
   typedef FmFaDq<HS> P;
   FM_DYN_SMEM(Fm4f, smem);
   uint16_t *sQ = (uint16_t *)smem, *sdO = sQ + FM__FA_ROWS * (HS + 8), *sK = sdO + FM__FA_ROWS * (HS + 8),
            *sV = sK + P::BC * (HS + 8);
   int32_t *sSeg = (int32_t *)(sV + P::BC * (HS + 8));
-  const int64_t T = a.T, nqt = (T + FM__FA_ROWS - 1) / FM__FA_ROWS, BH = a.B * a.NH, ldo = a.NH * HS;
+  const int64_t T = a.T, nqt = (T + FM__FA_ROWS - 1) / FM__FA_ROWS, BH = a.B * a.NH, ldq = a.NH * HS, ldkv = a.NKV * HS;
   const int64_t bh = blockIdx.x % BH, t0 = (nqt - 1 - blockIdx.x / BH) * FM__FA_ROWS;
   const int64_t b = bh / a.NH, h = bh % a.NH, g = h / (a.NH / a.NKV);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
@@ -424,22 +505,37 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
   }
 
   const int nq = (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS);
-  fm__fa_load<HS, FM__FA_ROWS>(sQ, a.q + (b * T + t0) * a.ldq + h * HS, a.ldq, nq);
-  fm__fa_load<HS, FM__FA_ROWS>(sdO, dout + (b * T + t0) * ldo + h * HS, ldo, nq);
+  FmFaStage<HS, FM__FA_ROWS>::copy(sQ, a.q + (b * T + t0) * ldq + h * HS, ldq, nq);
+  FmFaStage<HS, FM__FA_ROWS>::copy(sdO, a.dout + (b * T + t0) * ldq + h * HS, ldq, nq);
   float acc[P::NT][4];
   FM__UNROLL
   for (int n = 0; n < P::NT; n++) FM__UNROLL
   for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
 
   const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
+  FmFaStage<HS, P::BC> stk, stv;
+  if (P::PF) {
+    stk.fetch(a.k + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
+    stv.fetch(a.v + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
+  }
   for (int64_t s0 = 0; s0 < kend; s0 += P::BC) {
     const int nk = (int)(T - s0 < P::BC ? T - s0 : P::BC);
     __syncthreads();
-    const int64_t kvoff = (b * T + s0) * a.ldkv + g * HS;
-    fm__fa_load<HS, P::BC>(sK, a.k + kvoff, a.ldkv, nk);
-    fm__fa_load<HS, P::BC>(sV, a.v + kvoff, a.ldkv, nk);
+    if (P::PF) {
+      stk.store(sK);
+      stv.store(sV);
+    } else {
+      FmFaStage<HS, P::BC>::copy(sK, a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+      FmFaStage<HS, P::BC>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+    }
     for (int i = threadIdx.x; i < P::BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
     __syncthreads();
+    if (P::PF && s0 + P::BC < kend) {
+      const int64_t s1 = s0 + P::BC;
+      const int nk1 = (int)(T - s1 < P::BC ? T - s1 : P::BC);
+      stk.fetch(a.k + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
+      stv.fetch(a.v + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
+    }
     const uint32_t vis = fm__fa_vis<P::NC>(r0, s0, T, 1, rs, sSeg);
     if (!__any_sync(0xffffffffu, vis != 0)) continue;
 
@@ -471,10 +567,51 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
 }
 
 /* ---- host side ---------------------------------------------------------------- */
-static FmFaArgs fm__fa_args(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
-                            const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
+/* dst (rows, cols) dense = bf16(src (rows, cols), row stride ld); cols even. */
+static __global__ void fm__fa_to_bf16_kernel(uint32_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t half = cols / 2;
+  FM__CUDA_FOR_EACH(i, rows * half) {
+    const float *x = src + (i / half) * ld + 2 * (i % half);
+    dst[i] = fm__bf16x2(x[0], x[1]);
+  }
+}
+/* Grow-once device buffers (the first step allocates): the bf16 copies of
+ * q, k, v, dout and D (B, NH, T). */
+enum { FM__FA_Q, FM__FA_K, FM__FA_V, FM__FA_DO, FM__FA_D, FM__FA_NBUF };
+static void *fm__fa_buf[FM__FA_NBUF];
+static int64_t fm__fa_cap[FM__FA_NBUF];
+static void *fm__fa_scratch(int slot, int64_t bytes) {
+  if (bytes > fm__fa_cap[slot]) {
+    fm__dev_free(fm__fa_buf[slot]);
+    fm__fa_buf[slot] = fm__dev_alloc(bytes);
+    fm__fa_cap[slot] = bytes;
+  }
+  return fm__fa_buf[slot];
+}
+static const uint16_t *fm__fa_to_bf16(int slot, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+  uint32_t *dst = (uint32_t *)fm__fa_scratch(slot, rows * cols * 2);
+  FM_LAUNCH(fm__fa_to_bf16_kernel, fm__cuda_grid(rows * cols / 2), FM__CUDA_BLOCK, 0, dst, src, rows, cols, ld);
+  return (const uint16_t *)dst;
+}
+
+static FmFaArgs fm__fa_args(const float *q, const float *k, const float *v, const float *dout, int64_t ldq,
+                            int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV,
+                            int64_t HS) {
   const double scale = 1.0 / sqrt((double)HS);
-  const FmFaArgs a = {q, k, v, ldq, ldkv, seg, B, T, NH, NKV, (float)scale, (float)(scale * FM__FA_LOG2E)};
+  const int64_t N = B * T;
+  const FmFaArgs a = {fm__fa_to_bf16(FM__FA_Q, q, N, NH * HS, ldq),
+                      fm__fa_to_bf16(FM__FA_K, k, N, NKV * HS, ldkv),
+                      fm__fa_to_bf16(FM__FA_V, v, N, NKV * HS, ldkv),
+                      dout ? fm__fa_to_bf16(FM__FA_DO, dout, N, NH * HS, NH * HS) : NULL,
+                      ldq,
+                      ldkv,
+                      seg,
+                      B,
+                      T,
+                      NH,
+                      NKV,
+                      (float)scale,
+                      (float)(scale * FM__FA_LOG2E)};
   return a;
 }
 /* Kernels asking for more than the default 48 KiB of dynamic shared memory
@@ -490,12 +627,13 @@ static void fm__fa_smem_attr(K kernel, size_t bytes, int *done) {
 #endif
   *done = 1;
 }
-static int fm__fa_aligned(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* The fp32 arrays are read as pairs (the conversion) and the outputs as
+ * scalars: even row strides and head sizes 64 or 128 are all it needs. */
 extern "C" int FM_CUDA_OP(attention_flash_fits)(const float *q, const float *k, const float *v, int64_t ldq,
                                                 int64_t ldkv, int64_t HS) {
-  return (HS == 64 || HS == 128) && ldq % 4 == 0 && ldkv % 4 == 0 && fm__fa_aligned(q) && fm__fa_aligned(k) &&
-         fm__fa_aligned(v);
+  (void)q, (void)k, (void)v;
+  return (HS == 64 || HS == 128) && ldq % 2 == 0 && ldkv % 2 == 0;
 }
 
 template <int HS>
@@ -506,14 +644,15 @@ static void fm__fa_fwd(float *out, float *lse, const FmFaArgs &a) {
   FM_LAUNCH(fm__fa_fwd_kernel<HS>, (unsigned)blocks, FM__FA_THREADS, FmFaFwd<HS>::smem, out, lse, a);
 }
 
-static void fm__fa_check(const float *out, const float *dout, int64_t NH, int64_t NKV, int64_t HS, int64_t B,
-                         int64_t T) {
+static void fm__fa_check(const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv, int64_t NH,
+                         int64_t NKV, int64_t HS, int64_t B, int64_t T) {
   if (NKV < 1 || NH % NKV != 0)
     fm_abort_one(1, "attention: NH = %lld is not a multiple of NKV = %lld", (long long)NH, (long long)NKV);
-  if (HS != 64 && HS != 128)
-    fm_abort_one(1, "attention (CUDA tensor cores): head size %lld is not 64 or 128", (long long)HS);
-  if (!fm__fa_aligned(out) || (dout && !fm__fa_aligned(dout)))
-    fm_abort_one(1, "attention (CUDA tensor cores): out/dout not 16-byte aligned");
+  if (!FM_CUDA_OP(attention_flash_fits)(q, k, v, ldq, ldkv, HS))
+    fm_abort_one(1,
+                 "attention (CUDA tensor cores): head size %lld with row strides %lld, %lld: needs head size 64 or "
+                 "128 and even strides (the fp32 kernels take the rest)",
+                 (long long)HS, (long long)ldq, (long long)ldkv);
   if (B * NH * ((T + FM__FA_ROWS - 1) / FM__FA_ROWS) >= ((int64_t)1 << 31))
     fm_abort_one(1, "attention (CUDA tensor cores): %lld x %lld x %lld blocks exceed the grid", (long long)B,
                  (long long)NH, (long long)T);
@@ -522,35 +661,28 @@ static void fm__fa_check(const float *out, const float *dout, int64_t NH, int64_
 extern "C" void FM_CUDA_OP(attention_flash_fwd)(float *out, float *lse, const float *q, const float *k, const float *v,
                                                 int64_t ldq, int64_t ldkv, const int32_t *seg, int64_t B, int64_t T,
                                                 int64_t NH, int64_t NKV, int64_t HS) {
-  fm__fa_check(out, NULL, NH, NKV, HS, B, T);
-  if (!FM_CUDA_OP(attention_flash_fits)(q, k, v, ldq, ldkv, HS))
-    fm_abort_one(1, "attention (CUDA tensor cores): q/k/v not 16-byte aligned or ldq/ldkv not multiples of 4");
+  fm__fa_check(q, k, v, ldq, ldkv, NH, NKV, HS, B, T);
   if (B * T * NH <= 0) return;
-  const FmFaArgs a = fm__fa_args(q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS);
+  const FmFaArgs a = fm__fa_args(q, k, v, NULL, ldq, ldkv, seg, B, T, NH, NKV, HS);
   if (HS == 64)
     fm__fa_fwd<64>(out, lse, a);
   else
     fm__fa_fwd<128>(out, lse, a);
 }
 
-/* D (B, NH, T) floats: a grow-once buffer (the first step allocates). */
-static float *fm__fa_Dbuf;
-static int64_t fm__fa_Dcap;
-
 template <int HS>
-static void fm__fa_bwd(float *dq, float *dk, float *dv, const float *dout, const float *lse, const float *D,
-                       const FmFaArgs &a) {
+static void fm__fa_bwd(float *dq, float *dk, float *dv, const float *lse, const float *D, const FmFaArgs &a) {
   const int64_t nt = (a.T + FM__FA_ROWS - 1) / FM__FA_ROWS;
   if (dk || dv) {
     static int attr = 0;
     fm__fa_smem_attr(fm__fa_dkv_kernel<HS>, FmFaDkv<HS>::smem, &attr);
-    FM_LAUNCH(fm__fa_dkv_kernel<HS>, (unsigned)(nt * a.B * a.NKV), FM__FA_THREADS, FmFaDkv<HS>::smem, dk, dv, dout, lse,
-              D, a);
+    FM_LAUNCH(fm__fa_dkv_kernel<HS>, (unsigned)(nt * a.B * a.NKV), FM__FA_THREADS, FmFaDkv<HS>::smem, dk, dv, lse, D,
+              a);
   }
   if (dq) {
     static int attr = 0;
     fm__fa_smem_attr(fm__fa_dq_kernel<HS>, FmFaDq<HS>::smem, &attr);
-    FM_LAUNCH(fm__fa_dq_kernel<HS>, (unsigned)(nt * a.B * a.NH), FM__FA_THREADS, FmFaDq<HS>::smem, dq, dout, lse, D, a);
+    FM_LAUNCH(fm__fa_dq_kernel<HS>, (unsigned)(nt * a.B * a.NH), FM__FA_THREADS, FmFaDq<HS>::smem, dq, lse, D, a);
   }
 }
 
@@ -558,20 +690,14 @@ extern "C" void FM_CUDA_OP(attention_flash_bwd)(float *dq, float *dk, float *dv,
                                                 const float *lse, const float *q, const float *k, const float *v,
                                                 int64_t ldq, int64_t ldkv, const int32_t *seg, int64_t B, int64_t T,
                                                 int64_t NH, int64_t NKV, int64_t HS) {
-  fm__fa_check(out, dout, NH, NKV, HS, B, T);
-  if (!FM_CUDA_OP(attention_flash_fits)(q, k, v, ldq, ldkv, HS))
-    fm_abort_one(1, "attention (CUDA tensor cores): q/k/v not 16-byte aligned or ldq/ldkv not multiples of 4");
+  fm__fa_check(q, k, v, ldq, ldkv, NH, NKV, HS, B, T);
   if (B * T * NH <= 0 || (!dq && !dk && !dv)) return;
   const int64_t rows = B * NH * T;
-  if (rows > fm__fa_Dcap) {
-    fm__dev_free(fm__fa_Dbuf);
-    fm__fa_Dbuf = (float *)fm__dev_alloc(rows * (int64_t)sizeof(float));
-    fm__fa_Dcap = rows;
-  }
-  FM_LAUNCH(fm__fa_D_kernel, (unsigned)((rows + 3) / 4), FM__FA_THREADS, 0, fm__fa_Dbuf, dout, out, B, T, NH, HS);
-  const FmFaArgs a = fm__fa_args(q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS);
+  const FmFaArgs a = fm__fa_args(q, k, v, dout, ldq, ldkv, seg, B, T, NH, NKV, HS);
+  float *D = (float *)fm__fa_scratch(FM__FA_D, rows * (int64_t)sizeof(float));
+  FM_LAUNCH(fm__fa_D_kernel, (unsigned)((rows + 3) / 4), FM__FA_THREADS, 0, D, a.dout, out, B, T, NH, HS);
   if (HS == 64)
-    fm__fa_bwd<64>(dq, dk, dv, dout, lse, fm__fa_Dbuf, a);
+    fm__fa_bwd<64>(dq, dk, dv, lse, D, a);
   else
-    fm__fa_bwd<128>(dq, dk, dv, dout, lse, fm__fa_Dbuf, a);
+    fm__fa_bwd<128>(dq, dk, dv, lse, D, a);
 }

@@ -189,8 +189,10 @@ static __device__ __forceinline__ void fm__fa_frag_b_kn(uint32_t b[4], const uin
 template <int HS, int NC>
 static __device__ __forceinline__ void fm__fa_abt(float acc[NC][4], const uint16_t *ta, int r0, const uint16_t *tb) {
   FM__UNROLL
-  for (int n = 0; n < NC; n++) FM__UNROLL
-  for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+  for (int n = 0; n < NC; n++) {
+    FM__UNROLL
+    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+  }
   FM__UNROLL
   for (int k0 = 0; k0 < HS; k0 += 16) {
     uint32_t a[4];
@@ -235,12 +237,14 @@ static __device__ __forceinline__ uint32_t fm__fa_vis(int64_t r0, int64_t c0, in
   const int tq = threadIdx.x & 3;
   uint32_t bits = 0;
   FM__UNROLL
-  for (int n = 0; n < NC; n++) FM__UNROLL
-  for (int i = 0; i < 4; i++) {
-    const int64_t r = r0 + 8 * (i >> 1), cc = 8 * n + 2 * tq + (i & 1), c = c0 + cc;
-    const int64_t t = rows_are_q ? r : c, s = rows_are_q ? c : r;
-    const int ok = t < T && s <= t && sg[cc] == rs[i >> 1];
-    bits |= (uint32_t)ok << (n * 4 + i);
+  for (int n = 0; n < NC; n++) {
+    FM__UNROLL
+    for (int i = 0; i < 4; i++) {
+      const int64_t r = r0 + 8 * (i >> 1), cc = 8 * n + 2 * tq + (i & 1), c = c0 + cc;
+      const int64_t t = rows_are_q ? r : c, s = rows_are_q ? c : r;
+      const int ok = t < T && s <= t && sg[cc] == rs[i >> 1];
+      bits |= (uint32_t)ok << (n * 4 + i);
+    }
   }
   return bits;
 }
@@ -272,8 +276,10 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
                                    (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS));
   float o[P::NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
   FM__UNROLL
-  for (int n = 0; n < P::NT; n++) FM__UNROLL
-  for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
+  for (int n = 0; n < P::NT; n++) {
+    FM__UNROLL
+    for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
+  }
 
   const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
   FmFaStage<HS, P::BC> stk, stv;
@@ -308,11 +314,13 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
     for (int hr = 0; hr < 2; hr++) { /* row r0 + 8 hr: elements 2 hr, 2 hr + 1 */
       float mx = -INFINITY;
       FM__UNROLL
-      for (int n = 0; n < P::NC; n++) FM__UNROLL
-      for (int e = 0; e < 2; e++) {
-        const int i = 2 * hr + e;
-        s[n][i] = fm_mulf(s[n][i], a.scale2);
-        if ((vis >> (n * 4 + i)) & 1u) mx = fmaxf(mx, s[n][i]);
+      for (int n = 0; n < P::NC; n++) {
+        FM__UNROLL
+        for (int e = 0; e < 2; e++) {
+          const int i = 2 * hr + e;
+          s[n][i] = fm_mulf(s[n][i], a.scale2);
+          if ((vis >> (n * 4 + i)) & 1u) mx = fmaxf(mx, s[n][i]);
+        }
       }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -321,17 +329,21 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
       const float alpha = mnew == -INFINITY ? 1.0f : exp2f(fm_subf(m[hr], mnew));
       float sum = 0.0f;
       FM__UNROLL
-      for (int n = 0; n < P::NC; n++) FM__UNROLL
-      for (int e = 0; e < 2; e++) {
-        const int i = 2 * hr + e;
-        s[n][i] = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(s[n][i], mnew)) : 0.0f;
-        sum = fm_addf(sum, s[n][i]);
+      for (int n = 0; n < P::NC; n++) {
+        FM__UNROLL
+        for (int e = 0; e < 2; e++) {
+          const int i = 2 * hr + e;
+          s[n][i] = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(s[n][i], mnew)) : 0.0f;
+          sum = fm_addf(sum, s[n][i]);
+        }
       }
       l[hr] = fm_addf(fm_mulf(l[hr], alpha), sum);
       m[hr] = mnew;
       FM__UNROLL
-      for (int n = 0; n < P::NT; n++) FM__UNROLL
-      for (int e = 0; e < 2; e++) o[n][2 * hr + e] = fm_mulf(o[n][2 * hr + e], alpha);
+      for (int n = 0; n < P::NT; n++) {
+        FM__UNROLL
+        for (int e = 0; e < 2; e++) o[n][2 * hr + e] = fm_mulf(o[n][2 * hr + e], alpha);
+      }
     }
     fm__fa_pb<HS, P::NC>(o, s, sV);
   }
@@ -346,8 +358,10 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
     const float inv = fm_divf(1.0f, lr); /* lr > 0: key t is always visible from t */
     float *orow = out + (b * T + t) * a.NH * HS + h * HS;
     FM__UNROLL
-    for (int n = 0; n < P::NT; n++) FM__UNROLL
-    for (int e = 0; e < 2; e++) orow[8 * n + 2 * tq + e] = fm_mulf(o[n][2 * hr + e], inv);
+    for (int n = 0; n < P::NT; n++) {
+      FM__UNROLL
+      for (int e = 0; e < 2; e++) orow[8 * n + 2 * tq + e] = fm_mulf(o[n][2 * hr + e], inv);
+    }
     if (tq == 0)
       lse[(b * a.NH + h) * T + t] = (float)fm__dadd(fm__dmul((double)m[hr], 0.69314718055994531), log((double)lr));
   }
@@ -404,8 +418,10 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
   FmFaStage<HS, FM__FA_ROWS>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
   float ak[P::NT][4], av[P::NT][4];
   FM__UNROLL
-  for (int n = 0; n < P::NT; n++) FM__UNROLL
-  for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
+  for (int n = 0; n < P::NT; n++) {
+    FM__UNROLL
+    for (int i = 0; i < 4; i++) ak[n][i] = av[n][i] = 0.0f;
+  }
 
   /* the group's query heads, then the query tiles t0 >= the first key, in
    * order, as one sequence of steps so the next step's loads can be in flight */
@@ -447,12 +463,14 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
     fm__fa_abt<HS, P::NC>(p, sK, 16 * warp, sQ);   /* S^T = K Q^T */
     fm__fa_abt<HS, P::NC>(ds, sV, 16 * warp, sdO); /* dP^T = V dO^T */
     FM__UNROLL
-    for (int n = 0; n < P::NC; n++) FM__UNROLL
-    for (int i = 0; i < 4; i++) {
-      const int c = 8 * n + 2 * tq + (i & 1);
-      const float pv = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(fm_mulf(p[n][i], a.scale2), sL[c])) : 0.0f;
-      p[n][i] = pv;
-      ds[n][i] = fm_mulf(pv, fm_subf(ds[n][i], sD[c]));
+    for (int n = 0; n < P::NC; n++) {
+      FM__UNROLL
+      for (int i = 0; i < 4; i++) {
+        const int c = 8 * n + 2 * tq + (i & 1);
+        const float pv = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(fm_mulf(p[n][i], a.scale2), sL[c])) : 0.0f;
+        p[n][i] = pv;
+        ds[n][i] = fm_mulf(pv, fm_subf(ds[n][i], sD[c]));
+      }
     }
     fm__fa_pb<HS, P::NC>(av, p, sdO); /* dV += P^T dO */
     fm__fa_pb<HS, P::NC>(ak, ds, sQ); /* dK += dS^T Q */
@@ -464,11 +482,13 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
     if (s >= T) continue;
     float *dkr = dk ? dk + (b * T + s) * a.ldkv + g * HS : NULL, *dvr = dv ? dv + (b * T + s) * a.ldkv + g * HS : NULL;
     FM__UNROLL
-    for (int n = 0; n < P::NT; n++) FM__UNROLL
-    for (int e = 0; e < 2; e++) {
-      const int d = 8 * n + 2 * tq + e;
-      if (dkr) dkr[d] = fm_addf(dkr[d], fm_mulf(a.scale, ak[n][2 * hr + e]));
-      if (dvr) dvr[d] = fm_addf(dvr[d], av[n][2 * hr + e]);
+    for (int n = 0; n < P::NT; n++) {
+      FM__UNROLL
+      for (int e = 0; e < 2; e++) {
+        const int d = 8 * n + 2 * tq + e;
+        if (dkr) dkr[d] = fm_addf(dkr[d], fm_mulf(a.scale, ak[n][2 * hr + e]));
+        if (dvr) dvr[d] = fm_addf(dvr[d], av[n][2 * hr + e]);
+      }
     }
   }
 }
@@ -509,8 +529,10 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
   FmFaStage<HS, FM__FA_ROWS>::copy(sdO, a.dout + (b * T + t0) * ldq + h * HS, ldq, nq);
   float acc[P::NT][4];
   FM__UNROLL
-  for (int n = 0; n < P::NT; n++) FM__UNROLL
-  for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+  for (int n = 0; n < P::NT; n++) {
+    FM__UNROLL
+    for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
+  }
 
   const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
   FmFaStage<HS, P::BC> stk, stv;
@@ -543,11 +565,13 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
     fm__fa_abt<HS, P::NC>(p, sQ, 16 * warp, sK);   /* S = Q K^T */
     fm__fa_abt<HS, P::NC>(ds, sdO, 16 * warp, sV); /* dP = dO V^T */
     FM__UNROLL
-    for (int n = 0; n < P::NC; n++) FM__UNROLL
-    for (int i = 0; i < 4; i++) {
-      const int hr = i >> 1;
-      const float pv = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(fm_mulf(p[n][i], a.scale2), L[hr])) : 0.0f;
-      ds[n][i] = fm_mulf(pv, fm_subf(ds[n][i], Dr[hr]));
+    for (int n = 0; n < P::NC; n++) {
+      FM__UNROLL
+      for (int i = 0; i < 4; i++) {
+        const int hr = i >> 1;
+        const float pv = (vis >> (n * 4 + i)) & 1u ? exp2f(fm_subf(fm_mulf(p[n][i], a.scale2), L[hr])) : 0.0f;
+        ds[n][i] = fm_mulf(pv, fm_subf(ds[n][i], Dr[hr]));
+      }
     }
     fm__fa_pb<HS, P::NC>(acc, ds, sK); /* dQ += dS K */
   }
@@ -558,10 +582,12 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
     if (t >= T) continue;
     float *dr = dq + (b * T + t) * a.ldq + h * HS;
     FM__UNROLL
-    for (int n = 0; n < P::NT; n++) FM__UNROLL
-    for (int e = 0; e < 2; e++) {
-      const int d = 8 * n + 2 * tq + e;
-      dr[d] = fm_addf(dr[d], fm_mulf(a.scale, acc[n][2 * hr + e]));
+    for (int n = 0; n < P::NT; n++) {
+      FM__UNROLL
+      for (int e = 0; e < 2; e++) {
+        const int d = 8 * n + 2 * tq + e;
+        dr[d] = fm_addf(dr[d], fm_mulf(a.scale, acc[n][2 * hr + e]));
+      }
     }
   }
 }

@@ -1,19 +1,16 @@
 /* test_emu_attention.c: the tensor-core (mma.sync m16n8k16 bf16) flash
  * attention kernels of src/tensor/cuda/attention_flash.cu under the SIMT
  * emulator, through the CUDA op with the bf16 compute switch on
- * (fm_simt_attention_set_bf16), on small shapes: T = 64..128 with documents
+ * (fm_simt_attention_set_bf16), on small shapes: T = 9..128 with documents
  * and without, GQA, head sizes 64 and 128, fused (GPT-2 qkv) and separate
- * strides, tails (T not a multiple of 64), accumulation (+=) into nonzero
- * gradients. Three schedules (forward, reverse, seeded random): equal bits.
- * Every element against a float64 reference from the bf16-rounded inputs and
- * against the CPU op, at the tolerances ../attention_ref.h derives and states.
- * The tests can fail: the same comparison with the document mask left out of
- * the reference, or with the kernel's rows shifted by one, must flag
- * elements (checked below), and each of these plants in the kernel failed
- * every shape when tried by hand: B's two n-tiles swapped in fm__fa_abt (a
- * wrong fragment index), fm__fa_vis ignoring seg (no document mask) or
- * letting key t + 1 through (causal mask off by one), the barrier after a
- * tile's load removed (NaN from shared memory the emulator fills with 0xFF). */
+ * strides, tails (T not a multiple of 64; at T = 9 three of four warps hold
+ * only padding rows), accumulation (+=) into nonzero gradients. Three schedules (forward, reverse, seeded random):
+ * equal bits. Every element against a float64 reference from the bf16-rounded inputs and against the CPU op, at the
+ * tolerances ../attention_ref.h derives and states. The tests can fail: the same comparison with the document mask left
+ * out of the reference, or with the kernel's rows shifted by one, must flag elements (checked below), and each of these
+ * plants in the kernel failed every shape when tried by hand: B's two n-tiles swapped in fm__fa_abt (a wrong fragment
+ * index), fm__fa_vis ignoring seg (no document mask) or letting key t + 1 through (causal mask off by one), the barrier
+ * after a tile's load removed (NaN from shared memory the emulator fills with 0xFF). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,10 +42,8 @@ static double uniform(double lo, double hi) {
 
 static const ArShape shapes[] = {
     /* B, T, NH, NKV, HS, docs, fused */
-    {1, 128, 4, 2, 64, 1, 1},
-    {2, 72, 2, 1, 128, 1, 0},
-    {1, 64, 3, 3, 64, 0, 0},
-    {1, 100, 2, 1, 128, 0, 1},
+    {1, 128, 4, 2, 64, 1, 1},  {2, 72, 2, 1, 128, 1, 0}, {1, 64, 3, 3, 64, 0, 0},
+    {1, 100, 2, 1, 128, 0, 1}, {3, 9, 4, 1, 64, 1, 0}, /* one partial tile: three warps of padding rows */
 };
 enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 

@@ -3,14 +3,14 @@
  * the document mask, head sizes 64 and 128, the CPU op's signatures and
  * semantics (src/tensor/cpu/attention.c, ops.def). attention.cu's
  * fm_cuda_attention_fwd/bwd call these when the backend computes in bf16
- * (fm_cuda_attention_set_bf16) and the shape fits (fm__fa_fits); otherwise
- * its fp32 kernels run.
+ * (fm_cuda_attention_set_bf16, which the CUDA set_compute_bf16 op calls)
+ * and the shape fits (attention_flash_fits); otherwise its fp32 kernels run.
  *
  * Rounding. q, k, v and dout are rounded to bf16 (nearest even) once per
  * call, into dense grow-once device copies (fm__fa_to_bf16; the first step
- * allocates them), which the kernels read as 16-byte chunks; so are the probabilities P before
- * P V and P^T dO, and dS before dS^T Q and dS K (FlashAttention-2 does the
- * same). Scores, the online softmax, l, lse, D, and every accumulator are
+ * allocates them), which the kernels read in 16-byte chunks; so are the
+ * probabilities P before P V and P^T dO, and dS before dS^T Q and dS K
+ * (FlashAttention-2 does the same). Scores, the online softmax, l, lse, D, and every accumulator are
  * fp32. out and lse, dq, dk, dv stay fp32 arrays, as the op's contract.
  *
  * Forward (FA2 Algorithm 1): a block of 4 warps owns 64 query rows of one
@@ -37,9 +37,10 @@
  * registers allow (FM__FA_PF_*: the forward at head size 64) the next key
  * tile is fetched into registers right after the current one is stored, so
  * its loads are in flight while the current one is computed on. One barrier
- * before and one after each store. Shapes: head size 64 or 128, even row strides (the fits test; the
- * fp32 kernels take the rest). Shared memory: 27 KiB (HS 64) or 51 KiB (HS 128) per block, rows padded
- * by 16 bytes so ldmatrix's 8 row addresses hit distinct banks. */
+ * before and one after each store. Shapes: head size 64 or 128, even row
+ * strides (the fits test; the fp32 kernels take the rest). Shared memory:
+ * 27 KiB (HS 64) or 51 KiB (HS 128) per block, rows padded by 16 bytes so
+ * ldmatrix's 8 row addresses hit distinct banks. */
 #include "cuda_common.cuh"
 #include "mma.cuh"
 
@@ -53,7 +54,8 @@
  * and with: forward HS 64 131 -> 167 registers (3 blocks of 128 threads per
  * SM either way), HS 128 169 -> 249 (3 -> 2); dQ HS 64 150 -> 202 (3 -> 2);
  * dK/dV 203..248 -> 230..255. Measure on a GPU before changing
- * (regression/gpu/check.sh times attention). */
+ * (regression/gpu/check.sh times attention); the emulated test passed with
+ * all three on, but runs only the chosen setting. */
 #ifndef FM__FA_PF_FWD
 #define FM__FA_PF_FWD (HS == 64)
 #define FM__FA_PF_DQ  0

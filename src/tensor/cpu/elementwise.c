@@ -3,7 +3,10 @@
  * tested against). Loops are OpenMP-parallel above a size where threads pay
  * off; every element is independent, so the result does not depend on the
  * thread count. No `simd` clause on loops that call expf: a vector math
- * library could change expf's bits between vectorised and scalar elements. */
+ * library could change expf's bits between vectorised and scalar elements.
+ * AdamW's loop is `simd`: its sqrt and divisions are IEEE operations,
+ * correctly rounded in vector and scalar form alike (this file is built with
+ * -fno-math-errno so that sqrtf is the instruction, not a libm call). */
 #include "fmhpc/tensor.h"
 
 #include "../elementwise.h"
@@ -63,7 +66,7 @@ void fm_cpu_round_bf16(float *x, int64_t n) {
 
 void fm_cpu_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1, float beta2,
                          float eps, float weight_decay, float bc1, float bc2) {
-#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+#pragma omp parallel for simd schedule(static) if (n >= FM_CPU_OMP_MIN)
   for (int64_t i = 0; i < n; i++) fm_adamw(&w[i], &m[i], &v[i], g[i], lr, beta1, beta2, eps, weight_decay, bc1, bc2);
 }
 

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "fmhpc/dist.h"
@@ -22,6 +23,15 @@
 #include "fmhpc/runtime.h"
 
 void openblas_set_num_threads(int);
+
+/* user + system CPU seconds of the process (all threads): on a shared,
+ * loaded machine the wall clock counts time the process was not running */
+static double cpu_now(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
+         1e-6 * (double)u.ru_stime.tv_usec;
+}
 
 static double now(void) {
   struct timespec t;
@@ -311,9 +321,10 @@ int main(int argc, char **argv) {
     w[i] = 1.0f / (float)n;
   }
   FmModelInput in = {tok, tgt, pos, NULL};
-  double best = 1e30, total = 0, phase[3] = {0, 0, 0}, reduce_s = 0; /* zero_grad, fwd+bwd, optimizer */
-  for (int64_t s = 0; s < steps + 2; s++) {                          /* 2 warm-up steps */
+  double best = 1e30, total = 0, cpu_total = 0, phase[3] = {0, 0, 0}, reduce_s = 0; /* zero_grad, fwd+bwd, optimizer */
+  for (int64_t s = 0; s < steps + 2; s++) {                                         /* 2 warm-up steps */
     profiling = s >= 2, in_backward = 0;
+    const double c0 = cpu_now();
     double t0 = now();
     fm_model_zero_grad(m);
     double t1 = now();
@@ -321,6 +332,7 @@ int main(int argc, char **argv) {
     double t2 = now();
     fm_optim_step(opt, fm_model_param_arena(m), fm_model_grad_arena(m), s + 1, 1e-4f);
     double dt = now() - t0;
+    if (s >= 2) cpu_total += cpu_now() - c0;
     /* not part of the step timed against PyTorch (one process has nothing to exchange) */
     double r0 = now();
     fm_reduce_begin(&red);
@@ -348,8 +360,11 @@ int main(int argc, char **argv) {
   }
   const double mean = total / (double)steps;
   const double flops = k->train_flops_per_token(&d) * (double)n;
-  printf("fmhpc params=%lld ms_step=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f mem_gb_s=%.2f\n",
-         (long long)tab->numel, 1e3 * mean, 1e3 * best, (double)n / mean, flops / mean / 1e9, peak, bw);
+  printf(
+      "fmhpc params=%lld ms_step=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f mem_gb_s=%.2f "
+      "cpu_s_step=%.2f\n",
+      (long long)tab->numel, 1e3 * mean, 1e3 * best, (double)n / mean, flops / mean / 1e9, peak, bw,
+      cpu_total / (double)steps);
   /* The phases: forward and backward GFLOP/s at 1/3 and 2/3 of the training
    * FLOPs (2N + attention per token forward, twice that backward); the
    * optimizer's GB/s over the 4 arrays it reads and 3 it writes (AdamW: w, g,

@@ -10,6 +10,8 @@
 # memory bandwidth). STEP_BEFORE=DIR (a CPU build of another commit, e.g. main
 # before a change) runs the same bench_step.c on that library in the same run
 # and adds its tokens/s beside fmhpc's (column before, ratio after/before).
+# Each side also prints cpu_s_step, the process's CPU seconds per step (all
+# threads): on a loaded machine the wall clock counts time it did not run.
 # Goals: >= 2x PyTorch's tokens/s at T=256, >= 85% of peak. Not run in CI.
 #   bench/step_cpu/run.sh [CPU_BUILD_DIR (default build-bench)] [THREADS (nproc)] [STEPS (5)]
 set -euo pipefail
@@ -44,6 +46,7 @@ while read -r name arch C L NH NKV F V T B; do
     printf "%-22s %9.1f %9.0f %9.2f %9.2f %6.1f%% %9.1f %9.0f %6.2fx", n, fm, ft, g, pk, 100*g/pk, pm, pt, ft/pt
     if (bt != "") printf " %9.0f %6.2fx", bt, ft/bt
     printf "\n" }'
+  echo "  $name $p"
   echo "  $name fmhpc: $(grep -E '^(fmhpc|phases)' <<<"$f" | tr '\n' ' ')"
   grep '^profile' <<<"$f" | sed "s/^profile/  $name fmhpc/"
   if [ -n "$b" ]; then

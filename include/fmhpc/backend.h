@@ -73,6 +73,37 @@ int64_t fm_cpu_xent_scratch(int64_t N, int64_t V);
  * (openblas_get_corename), its build config, and how the CPU ops thread it. */
 const char *fm_cpu_blas_info(void);
 
+/* ---- CUDA error messages (src/tensor/cuda_msg.c; in every build, so they
+ * are tested without a GPU). Each writes one line (no trailing newline) into
+ * buf (n bytes, truncated) and returns what snprintf returns. device < 0:
+ * unknown. Versions are CUDA's integers (12040 = 12.4; driver 0 = none). */
+/* "file:line: <lib> call failed on device D: <call>: <what>" */
+int fm_cuda_msg_call(char *buf, int n, const char *lib, const char *call, const char *file, int line, int device,
+                     const char *what);
+/* cudaErrorInsufficientDriver: which CUDA the driver supports, which the
+ * build's runtime needs, and what to do. */
+int fm_cuda_msg_driver(char *buf, int n, int driver_version, int runtime_version);
+/* Out of device memory: the size asked, what it was for (label, or NULL), the
+ * plan's figure for it (plan_bytes, or 0 when the caller has none) and the
+ * device's free/total bytes (-1: unknown), with a hint. */
+int fm_cuda_msg_oom(char *buf, int n, int device, int64_t bytes, const char *label, int64_t plan_bytes,
+                    int64_t free_bytes, int64_t total_bytes);
+
+/* One pinned GEMM plan of the CUDA backend (src/tensor/cuda/gemm.cu): the
+ * shape in cuBLAS's column-major terms (C (m, n) = op(A) op(B), ta/tb 1 =
+ * transposed, leading dimensions of the operands as cuBLASLt sees them: the
+ * packed bf16 copies in bf16 mode), the precision, and cuBLASLt's algorithm
+ * (CUBLASLT_ALGO_CONFIG_* values; -1 under the emulator, which runs a host
+ * GEMM), the workspace the algorithm needs and the fixed one it is given. */
+typedef struct FmGemmPlanInfo {
+  int bf16; /* 1: bf16 operands, fp32 accumulation and output; 0: fp32 */
+  int ta, tb;
+  int64_t m, n, k, lda, ldb, ldc;
+  int64_t algo_id, tile, stages, splitk, reduction, swizzle, custom;
+  int64_t workspace, workspace_fixed; /* bytes */
+  int64_t calls;                      /* GEMMs run with this plan so far */
+} FmGemmPlanInfo;
+
 #ifdef FMHPC_HAVE_CUDA
 /* ---- the CUDA side (src/tensor/cuda/) ------------------------------------ */
 /* Device probe: 0 and *count >= 1, or FM_ENODEV when cudaGetDeviceCount fails
@@ -86,6 +117,20 @@ int fm_cuda_select_device(int device);
  * default stream, the initial value). Set it before the first op of a step. */
 void fm_cuda_set_stream(void *stream);
 void *fm_cuda_get_stream(void);
+/* fm_cuda_alloc with a report that names what the memory is for: on
+ * out-of-memory it says the size, `label`, the plan's figure (plan_bytes > 0)
+ * and the device's free/total memory, then ends the job. */
+void *fm_cuda_alloc_for(int64_t bytes, const char *label, int64_t plan_bytes);
+/* The GEMM plans chosen so far (each pinned at the first GEMM of its shape,
+ * so after the first training step every plan of the run exists): copies at
+ * most max into out (may be NULL) and returns how many there are. */
+int fm_cuda_gemm_plans(FmGemmPlanInfo *out, int max);
+/* The same as text, one line per plan ("gemm I: bf16 TN m=.. n=.. k=.. lda=..
+ * ldb=.. ldc=.. algo=.. tile=.. stages=.. splitk=.. reduction=.. swizzle=..
+ * custom=.. workspace=USED/FIXED\n"), for the run log and a checkpoint
+ * attribute: whole lines into buf (cap bytes, NUL-terminated; buf may be
+ * NULL); returns the length the full text needs (without the NUL). */
+int64_t fm_cuda_gemm_plans_text(char *buf, int64_t cap);
 /* The exact gradient reduction's quantisation on the device (the twin of
  * add_block in src/dist/reduce.c; src/tensor/cuda/quant.cu): acc[i - lo] +=
  * round-to-nearest-even(grad[i] * 2^exp2[i / block]) for i in [lo, hi), lo a

@@ -28,10 +28,25 @@
 #define FM_CUDA_OP(name) fm_cuda_##name
 /* The stream set with fm_cuda_set_stream (memory.cu). */
 static inline cudaStream_t fm__cuda_stream(void) { return (cudaStream_t)fm_cuda_get_stream(); }
+
+/* Checked calls (memory.cu): a failure is reported with the library, the
+ * call's text, file:line, the rank (fm_err's prefix) and the device this
+ * thread is bound to, then the job ends (no step continues after a failed
+ * CUDA call). FM_CUDA_CHECK adds, for cudaErrorInsufficientDriver, the
+ * driver's and the runtime's CUDA versions and what to do, and for
+ * cudaErrorMemoryAllocation the device's free/total memory. Other libraries
+ * (cuBLASLt) pass their status string to fm__cuda_fail. */
+[[noreturn]] void fm__cuda_fail(const char *lib, const char *call, const char *file, int line, const char *what);
+[[noreturn]] void fm__cuda_fail_code(const char *call, const char *file, int line, cudaError_t e);
+#define FM_CUDA_CHECK(call)                                                           \
+  do {                                                                                \
+    cudaError_t fm__ce = (call);                                                      \
+    if (fm__ce != cudaSuccess) fm__cuda_fail_code(#call, __FILE__, __LINE__, fm__ce); \
+  } while (0)
 #define FM_LAUNCH(kernel, grid, block, smem, ...)                        \
   do {                                                                   \
     kernel<<<(grid), (block), (smem), fm__cuda_stream()>>>(__VA_ARGS__); \
-    FM_CHECK_CUDA(cudaGetLastError());                                   \
+    FM_CUDA_CHECK(cudaGetLastError());                                   \
   } while (0)
 #define FM_DYN_SMEM(T, name) extern __shared__ T name[]
 #endif
@@ -47,7 +62,7 @@ static inline void *fm__dev_alloc(int64_t bytes) {
 static inline void fm__dev_free(void *p) { free(p); }
 static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) { memcpy(dst, src, (size_t)bytes); }
 #else
-static inline void *fm__dev_alloc(int64_t bytes) { return fm_cuda_alloc(bytes); }
+static inline void *fm__dev_alloc(int64_t bytes) { return fm_cuda_alloc_for(bytes, "a CUDA op's work buffer", 0); }
 static inline void fm__dev_free(void *p) { fm_cuda_free(p); }
 static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) {
   fm_cuda_copy_to_device(dst, src, bytes);
@@ -56,10 +71,17 @@ static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) {
 
 /* gemm.cu's column-major GEMM (cuBLAS semantics: C (m, n) = alpha op(A)
  * op(B) + beta C; ta/tb: op = transpose), for the ops built on GEMMs (matmul,
- * xent). Named per build like the ops, so both builds link into one test. */
+ * xent); bf16 operands when compute_bf16 is on. Named per build like the ops,
+ * so both builds link into one test; C linkage, so the C tests call it. */
 #define fm__gemm_cm FM_CUDA_OP(gemm_cm)
-void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+extern "C" void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* The compute_bf16 switch (set_compute_bf16, gemm.cu): 1 when GEMM operands
+ * are bf16 (fp32 accumulation), 0 for fp32. Kernels that choose a tensor-core
+ * path by precision (attention) read it on the host, per call. */
+#define fm__cuda_compute_bf16 FM_CUDA_OP(compute_bf16)
+extern "C" int fm__cuda_compute_bf16(void);
 
 /* Elementwise kernels: 256 threads a block, grid-stride loops with int64
  * indices (n may exceed 2^31), and at most FM__CUDA_MAX_BLOCKS blocks: enough

@@ -1,20 +1,36 @@
 /* cuda/gemm.cu: the CUDA matmul ops (fm_cuda_matmul_fwd/bwd, the twins of
  * src/tensor/cpu/matmul.c) on one column-major GEMM wrapper, fm__gemm_cm,
- * with cuBLAS's semantics: C (m, n) = alpha op(A) op(B) + beta C.
+ * with cuBLAS's semantics: C (m, n) = alpha op(A) op(B) + beta C; the
+ * compute_bf16 switch (fm_cuda_set_compute_bf16) and the pinned GEMM plans
+ * (fm_cuda_gemm_plans, fm_cuda_gemm_plans_text) for logs and checkpoints.
  *
- * Device: cuBLASLt, fp32 in and out, fp32 compute. A plan per shape
- * (transposes, m, n, k, leading dimensions): the descriptors and the algorithm
- * are chosen once, at the first call with that shape, by cuBLASLt's
- * heuristic, and pinned; every later call uses the same algorithm and the
- * same fixed workspace, so results are the same bits run to run. Split-K
- * reductions "in place" in the output (which may use atomics) are excluded.
- * Under the emulator (FM_SIMT) the same wrapper computes the same
- * column-major product on the host (fp32 sums, k increasing), so every call's
- * layouts, transposes and leading dimensions are tested against the CPU op
- * (tests/kernels/emu). The bias (fwd) is a kernel after the GEMM, as on the
- * CPU; dbias uses norm.cu's fixed-grid column partials (no atomics).
- * The CPU op sums in OpenBLAS's order: the results agree within the stated
- * GEMM tolerance, not bitwise. */
+ * Two precisions, as the CPU backend (src/tensor/cpu/bf16_mode.c):
+ *   fp32 (default): fp32 operands, fp32 compute, fp32 output;
+ *   bf16 (set_compute_bf16(1)): both operands rounded to bf16 (nearest even,
+ *     fm_f32_to_bf16) by a packing kernel into two grow-once device buffers,
+ *     then a bf16 x bf16 GEMM with fp32 accumulation and fp32 output (the
+ *     tensor-core path). Outputs, beta C and everything outside the GEMM stay
+ *     fp32, as on the CPU. The CPU rounds the same operands of the same
+ *     products (matmul's inp, w, dout; xent's x, w, dlogits), so the two
+ *     backends compute the same mathematical products of the same bf16
+ *     values and differ only in summation order.
+ *
+ * Device: cuBLASLt. A plan per (precision, transposes, m, n, k, leading
+ * dimensions): the descriptors and the algorithm are chosen once, at the
+ * first call with that shape, by cuBLASLt's heuristic, and pinned; every later
+ * call uses the same algorithm and the same fixed workspace, so results are
+ * the same bits run to run. Split-K reductions "in place" in the output
+ * (which may use atomics) are excluded. The plans are kept (at most
+ * FM__GEMM_PLANS) and listed by fm_cuda_gemm_plans for the run log and the
+ * checkpoint.
+ * Under the emulator (FM_SIMT) the same wrapper packs the bf16 operands with
+ * the same kernel and computes the same column-major product on the host
+ * (fp32 sums, k increasing), so every call's layouts, transposes and leading
+ * dimensions are tested against the CPU op (tests/kernels/emu); its plans
+ * record the shape with algorithm -1 (host GEMM). The bias (fwd) is a kernel
+ * after the GEMM, as on the CPU; dbias uses fixed-grid column partials (no
+ * atomics). The CPU op sums in OpenBLAS's order: the results agree within
+ * the stated GEMM tolerance, not bitwise. */
 #include "cuda_common.cuh"
 
 #include "../elementwise.h"
@@ -24,70 +40,154 @@
 #include <cublas_api.h>
 #endif
 
-/* ---- the column-major GEMM --------------------------------------------------- */
+/* ---- precision ------------------------------------------------------------ */
+static int fm__bf16_on = 0;
+
+extern "C" void FM_CUDA_OP(set_compute_bf16)(int on) { fm__bf16_on = on != 0; }
+extern "C" int fm__cuda_compute_bf16(void) { return fm__bf16_on; }
+
+/* dst (rows, cols) packed column-major (ld = rows) = bf16(src (rows, cols), ld). */
+static __global__ void fm__pack_bf16_kernel(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+  FM__CUDA_FOR_EACH(i, rows * cols) dst[i] = fm_f32_to_bf16(src[(i % rows) + (i / rows) * ld]);
+}
+
+/* Two grow-once operand buffers (A, B): sized by the largest operand asked
+ * for, kept, so after the first step nothing is allocated (STYLE rule 8). */
+static uint16_t *fm__bf16_buf[2];
+static int64_t fm__bf16_cap[2];
+
+static const uint16_t *fm__pack_bf16(int slot, const float *src, int64_t rows, int64_t cols, int64_t ld) {
+  const int64_t n = rows * cols;
+  if (n > fm__bf16_cap[slot]) {
+    fm__dev_free(fm__bf16_buf[slot]);
+    fm__bf16_buf[slot] = (uint16_t *)fm__dev_alloc(n * (int64_t)sizeof(uint16_t));
+    fm__bf16_cap[slot] = n;
+  }
+  FM_LAUNCH(fm__pack_bf16_kernel, fm__cuda_grid(n), FM__CUDA_BLOCK, 0, fm__bf16_buf[slot], src, rows, cols, ld);
+  return fm__bf16_buf[slot];
+}
+
+/* ---- the plans ----------------------------------------------------------------- */
+#define FM__GEMM_PLANS    256
+#define FM__GEMM_WS_BYTES ((int64_t)32 << 20) /* one fixed workspace: same algorithm inputs every call */
+
+#ifndef FM_SIMT
+#define FM__CHECK_LT(call)                                                                \
+  do {                                                                                    \
+    cublasStatus_t fm__s = (call);                                                        \
+    if (fm__s != CUBLAS_STATUS_SUCCESS)                                                   \
+      fm__cuda_fail("cuBLASLt", #call, __FILE__, __LINE__, cublasGetStatusString(fm__s)); \
+  } while (0)
+#endif
+
+typedef struct FmGemmPlan {
+  FmGemmPlanInfo info; /* what fm_cuda_gemm_plans reports */
+#ifndef FM_SIMT
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t a, b, c;
+  cublasLtMatmulAlgo_t algo;
+#endif
+} FmGemmPlan;
+
+static FmGemmPlan fm__plans[FM__GEMM_PLANS];
+static int fm__nplans;
+
+static FmGemmPlan *fm__gemm_find(int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                                 int64_t ldc) {
+  for (int i = 0; i < fm__nplans; i++) {
+    FmGemmPlan *p = &fm__plans[i];
+    const FmGemmPlanInfo *q = &p->info;
+    if (q->bf16 == bf16 && q->ta == ta && q->tb == tb && q->m == m && q->n == n && q->k == k && q->lda == lda &&
+        q->ldb == ldb && q->ldc == ldc)
+      return p;
+  }
+  if (fm__nplans == FM__GEMM_PLANS)
+    fm_abort_one(1, "cuBLASLt: more than %d GEMM shapes in one process (plans are kept per shape)", FM__GEMM_PLANS);
+  FmGemmPlan *p = &fm__plans[fm__nplans];
+  memset(p, 0, sizeof *p);
+  FmGemmPlanInfo *q = &p->info;
+  q->bf16 = bf16, q->ta = ta, q->tb = tb, q->m = m, q->n = n, q->k = k, q->lda = lda, q->ldb = ldb, q->ldc = ldc;
+  q->algo_id = -1, q->tile = -1, q->stages = -1, q->splitk = -1, q->reduction = -1, q->swizzle = -1, q->custom = -1;
+  q->workspace_fixed = FM__GEMM_WS_BYTES;
+  return p; /* the caller fills it in and counts it */
+}
+
 #ifdef FM_SIMT
-void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+/* The host GEMM: fp32 or bf16 operands (already rounded and packed by the
+ * kernel above), fp32 sums with k increasing, then alpha and beta C. */
+template <typename T>
+static float fm__ld(const T *x, int64_t i);
+template <>
+float fm__ld<float>(const float *x, int64_t i) {
+  return x[i];
+}
+template <>
+float fm__ld<uint16_t>(const uint16_t *x, int64_t i) {
+  return fm_bf16_to_f32(x[i]);
+}
+
+template <typename T>
+static void fm__host_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const T *A, int64_t lda,
+                          const T *B, int64_t ldb, float beta, float *C, int64_t ldc) {
   for (int64_t j = 0; j < n; j++)
     for (int64_t i = 0; i < m; i++) {
       float acc = 0.0f;
       for (int64_t p = 0; p < k; p++) {
-        const float a = ta ? A[p + i * lda] : A[i + p * lda];
-        const float b = tb ? B[j + p * ldb] : B[p + j * ldb];
+        const float a = ta ? fm__ld(A, p + i * lda) : fm__ld(A, i + p * lda);
+        const float b = tb ? fm__ld(B, j + p * ldb) : fm__ld(B, p + j * ldb);
         acc = acc + a * b;
       }
       float *c = &C[i + j * ldc];
       *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c; /* beta 0: C may hold NaN */
     }
 }
+
+extern "C" void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  const int bf16 = fm__bf16_on;
+  const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+  /* as on the device: the plan holds the leading dimensions cuBLASLt gets */
+  FmGemmPlan *p = fm__gemm_find(bf16, ta, tb, m, n, k, bf16 ? ar : lda, bf16 ? br : ldb, ldc);
+  if (p == &fm__plans[fm__nplans]) fm__nplans++;
+  p->info.calls++;
+  if (!bf16) {
+    fm__host_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  const uint16_t *a = fm__pack_bf16(0, A, ar, ac, lda), *b = fm__pack_bf16(1, B, br, bc, ldb);
+  fm__host_gemm(ta, tb, m, n, k, alpha, a, ar, b, br, beta, C, ldc);
+}
 #else
-#define FM__CHECK_LT(call)                                                                  \
-  do {                                                                                      \
-    cublasStatus_t fm__s = (call);                                                          \
-    if (fm__s != CUBLAS_STATUS_SUCCESS) {                                                   \
-      fm__report_call("cuBLASLt", #call, __FILE__, __LINE__, cublasGetStatusString(fm__s)); \
-      fm_abort_one(1, "cuBLASLt call failed");                                              \
-    }                                                                                       \
-  } while (0)
-
-#define FM__GEMM_PLANS    256
-#define FM__GEMM_WS_BYTES ((int64_t)32 << 20) /* one fixed workspace: same algorithm inputs every call */
-
-typedef struct FmGemmPlan {
-  int ta, tb;
-  int64_t m, n, k, lda, ldb, ldc;
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t a, b, c;
-  cublasLtMatmulAlgo_t algo;
-} FmGemmPlan;
-
 static cublasLtHandle_t fm__lt;
 static void *fm__lt_ws;
-static FmGemmPlan fm__plans[FM__GEMM_PLANS];
-static int fm__nplans;
 
-static const FmGemmPlan *fm__gemm_plan(int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
-                                       int64_t ldc) {
-  for (int i = 0; i < fm__nplans; i++) {
-    const FmGemmPlan *p = &fm__plans[i];
-    if (p->ta == ta && p->tb == tb && p->m == m && p->n == n && p->k == k && p->lda == lda && p->ldb == ldb &&
-        p->ldc == ldc)
-      return p;
-  }
-  if (fm__nplans == FM__GEMM_PLANS)
-    fm_abort_one(1, "cuBLASLt: more than %d GEMM shapes in one process (plans are kept per shape)", FM__GEMM_PLANS);
+/* One algorithm attribute (they are 16 or 32 bits, unsigned or small
+ * non-negative): its size asked first, as cuBLASLt wants the exact size. */
+static int64_t fm__algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  uint64_t v = 0;
+  size_t size = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
+      size > sizeof v)
+    return -1;
+  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS) return -1;
+  return (int64_t)v; /* little-endian: the low bytes hold the value */
+}
+
+static const FmGemmPlan *fm__gemm_plan(int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                       int64_t ldb, int64_t ldc) {
+  FmGemmPlan *p = fm__gemm_find(bf16, ta, tb, m, n, k, lda, ldb, ldc);
+  if (p != &fm__plans[fm__nplans]) return p;
   if (!fm__lt) {
     FM__CHECK_LT(cublasLtCreate(&fm__lt));
-    fm__lt_ws = fm_cuda_alloc(FM__GEMM_WS_BYTES);
+    fm__lt_ws = fm_cuda_alloc_for(FM__GEMM_WS_BYTES, "the cuBLASLt workspace", 0);
   }
-  FmGemmPlan *p = &fm__plans[fm__nplans];
-  p->ta = ta, p->tb = tb, p->m = m, p->n = n, p->k = k, p->lda = lda, p->ldb = ldb, p->ldc = ldc;
+  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   FM__CHECK_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   FM__CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   FM__CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->a, in, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->b, in, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
   FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldc));
   cublasLtMatmulPreference_t pref;
   FM__CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
@@ -101,20 +201,67 @@ static const FmGemmPlan *fm__gemm_plan(int ta, int tb, int64_t m, int64_t n, int
   FM__CHECK_LT(cublasLtMatmulAlgoGetHeuristic(fm__lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &best, &found));
   FM__CHECK_LT(cublasLtMatmulPreferenceDestroy(pref));
   if (found < 1)
-    fm_abort_one(1, "cuBLASLt: no algorithm for GEMM %c%c m=%lld n=%lld k=%lld", ta ? 'T' : 'N', tb ? 'T' : 'N',
-                 (long long)m, (long long)n, (long long)k);
+    fm_abort_one(1, "cuBLASLt: no algorithm for %s GEMM %c%c m=%lld n=%lld k=%lld", bf16 ? "bf16" : "fp32",
+                 ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k);
   p->algo = best.algo;
+  FmGemmPlanInfo *q = &p->info;
+  q->algo_id = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_ID);
+  q->tile = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  q->stages = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  q->splitk = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  q->reduction = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  q->swizzle = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+  q->custom = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  q->workspace = (int64_t)best.workspaceSize;
   fm__nplans++;
   return p;
 }
 
-void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
-                 const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-  const FmGemmPlan *p = fm__gemm_plan(ta, tb, m, n, k, lda, ldb, ldc);
-  FM__CHECK_LT(cublasLtMatmul(fm__lt, p->op, &alpha, A, p->a, B, p->b, &beta, C, p->c, C, p->c, &p->algo, fm__lt_ws,
+extern "C" void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *A, int64_t lda,
+                            const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+  const int bf16 = fm__bf16_on;
+  const void *a = A, *b = B;
+  if (bf16) {
+    const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    a = fm__pack_bf16(0, A, ar, ac, lda);
+    b = fm__pack_bf16(1, B, br, bc, ldb);
+    lda = ar;
+    ldb = br;
+  }
+  const FmGemmPlan *p = fm__gemm_plan(bf16, ta, tb, m, n, k, lda, ldb, ldc);
+  fm__plans[p - fm__plans].info.calls++;
+  FM__CHECK_LT(cublasLtMatmul(fm__lt, p->op, &alpha, a, p->a, b, p->b, &beta, C, p->c, C, p->c, &p->algo, fm__lt_ws,
                               (size_t)FM__GEMM_WS_BYTES, fm__cuda_stream()));
 }
 #endif
+
+extern "C" int FM_CUDA_OP(gemm_plans)(FmGemmPlanInfo *out, int max) {
+  for (int i = 0; out && i < fm__nplans && i < max; i++) out[i] = fm__plans[i].info;
+  return fm__nplans;
+}
+
+extern "C" int64_t FM_CUDA_OP(gemm_plans_text)(char *buf, int64_t cap) {
+  int64_t len = 0, wrote = 0;
+  for (int i = 0; i < fm__nplans; i++) {
+    const FmGemmPlanInfo *q = &fm__plans[i].info;
+    char line[320];
+    const int w =
+        snprintf(line, sizeof line,
+                 "gemm %d: %s %c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld algo=%lld tile=%lld "
+                 "stages=%lld splitk=%lld reduction=%lld swizzle=%lld custom=%lld workspace=%lld/%lld\n",
+                 i, q->bf16 ? "bf16" : "fp32", q->ta ? 'T' : 'N', q->tb ? 'T' : 'N', (long long)q->m, (long long)q->n,
+                 (long long)q->k, (long long)q->lda, (long long)q->ldb, (long long)q->ldc, (long long)q->algo_id,
+                 (long long)q->tile, (long long)q->stages, (long long)q->splitk, (long long)q->reduction,
+                 (long long)q->swizzle, (long long)q->custom, (long long)q->workspace, (long long)q->workspace_fixed);
+    if (buf && wrote == len && len + w < cap) { /* whole lines only */
+      memcpy(buf + len, line, (size_t)w);
+      wrote += w;
+    }
+    len += w;
+  }
+  if (buf && cap > 0) buf[wrote] = '\0';
+  return len;
+}
 
 /* ---- bias and its gradient --------------------------------------------------- */
 static __global__ void fm__bias_add_kernel(float *out, const float *bias, int64_t N, int64_t OC) {

@@ -765,6 +765,8 @@ static const char *const tested[] = {
     "rope_bwd",
     "embedding_fwd",
     "embedding_bwd",
+    /* test_emu_gemm.c: gemm_layouts_both_precisions, matmul_bf16_vs_cpu_bf16 */
+    "set_compute_bf16",
 };
 static int is_tested(const char *op) {
   for (size_t i = 0; i < sizeof tested / sizeof tested[0]; i++)

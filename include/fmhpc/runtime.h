@@ -124,11 +124,12 @@ void fm_file_list_free(FmFileList *l);
  * node). dp_rank/tp_rank are this rank's coordinates. */
 typedef struct FmMesh {
   int world_rank, world_size;
-  int dp, tp;                 /* degrees */
-  int dp_rank, tp_rank;       /* coordinates */
-  int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED) */
-  int device;                 /* GPU index (local_rank mod devices), -1 for none */
-  FmComm *world, *dp_comm, *tp_comm;
+  int dp, tp;                        /* degrees */
+  int dp_rank, tp_rank;              /* coordinates */
+  int local_rank, local_size;        /* on this node (MPI_COMM_TYPE_SHARED) */
+  int device;                        /* GPU index (local_rank mod devices), -1 for none */
+  FmComm *world, *dp_comm, *tp_comm; /* MPI: host buffers */
+  FmComm *dp_nccl, *tp_nccl;         /* NCCL over the same ranks, device buffers; NULL until fm_mesh_nccl */
 } FmMesh;
 
 /* Build the mesh over MPI_COMM_WORLD. Fails with FM_EINVAL (and a message on
@@ -143,7 +144,29 @@ int fm_mesh_plan(FmMesh *m, int world_size, int tp);
 /* The layout as seen by `world_rank`: dp_rank = world_rank / tp, tp_rank =
  * world_rank % tp. Silent; on FM_EINVAL `why` (if not NULL) gets the message. */
 int fm_mesh_layout(FmMesh *m, int world_size, int tp, int world_rank, char *why, size_t why_len);
-void fm_mesh_destroy(FmMesh *m);
+void fm_mesh_destroy(FmMesh *m); /* frees the NCCL communicators too */
+/* The NCCL twins of dp_comm and tp_comm (m->dp_nccl, m->tp_nccl) on
+ * m->device, for collectives on CUDA device buffers (the exact reduction's
+ * int64 reduce-scatter, the block maxima, the parameter all-gather). Every
+ * world rank calls it, once, after fm_mesh_create; all return the same
+ * status: FM_OK, FM_EUNSUPPORTED (no NCCL in this build), FM_ENODEV (no GPU
+ * for some rank) or FM_ENCCL/FM_ECUDA (reported with the call, file:line and
+ * rank); on failure both stay NULL. The MPI communicators stay for host
+ * buffers (strings, losses, metadata). */
+int fm_mesh_nccl(FmMesh *m);
+
+/* &parallel comm: which collectives the run's step uses. choice is the deck's
+ * FM_COMM_* (deck.h; the same values as FmCommChoice, which the runtime may
+ * not include), cuda_backend 1 when the step's buffers are CUDA device memory.
+ * 'auto': NCCL on the CUDA backend in a build with NCCL, else MPI; 'mpi':
+ * MPI; 'nccl': NCCL, or FM_EUNSUPPORTED on the CPU backend or in a build
+ * without NCCL. Writes the reason to why (n bytes; "auto: NCCL, ...", the
+ * refusal) and, on a refusal, *hint (a static string; NULL otherwise).
+ * *use_nccl: 1 NCCL, 0 MPI (0 on a refusal). */
+typedef enum { FM_COMM_CHOICE_AUTO = 0, FM_COMM_CHOICE_MPI = 1, FM_COMM_CHOICE_NCCL = 2 } FmCommChoice;
+int fm_comm_choose(int choice, int cuda_backend, int *use_nccl, char *why, size_t n, const char **hint);
+/* The same with the build's NCCL given (tests). */
+int fm__comm_choose(int choice, int cuda_backend, int have_nccl, int *use_nccl, char *why, size_t n, const char **hint);
 
 /* ---- test knobs (internal; the defaults are what production uses) ------- */
 /* Largest element count one MPI call carries (default INT_MAX); returns the

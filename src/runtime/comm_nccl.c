@@ -13,6 +13,7 @@
 
 #include "comm_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,22 +47,32 @@ typedef struct NcclImpl {
   int *scratch; /* one device int for the barrier */
 } NcclImpl;
 
-/* Report and return, so the caller chooses between recovering and aborting. */
-#define NCCL_RET(call)                                                               \
-  do {                                                                               \
-    ncclResult_t cn__e = (call);                                                     \
-    if (cn__e != ncclSuccess) {                                                      \
-      fm__report_call("NCCL", #call, __FILE__, __LINE__, ncclGetErrorString(cn__e)); \
-      return FM_ENCCL;                                                               \
-    }                                                                                \
+/* A failed NCCL or CUDA call: the library, the call's text, file:line, the
+ * rank (fm_err's prefix) and the device; the macros return, so the caller
+ * chooses between recovering and aborting. */
+static void report_dev(const char *lib, const char *call, const char *file, int line, int device, const char *what) {
+  char w[512];
+  if (device >= 0)
+    snprintf(w, sizeof w, "%s (device %d)", what, device);
+  else
+    snprintf(w, sizeof w, "%s (no device bound yet)", what);
+  fm__report_call(lib, call, file, line, w);
+}
+#define NCCL_RET(call)                                                                      \
+  do {                                                                                      \
+    ncclResult_t cn__e = (call);                                                            \
+    if (cn__e != ncclSuccess) {                                                             \
+      report_dev("NCCL", #call, __FILE__, __LINE__, im->device, ncclGetErrorString(cn__e)); \
+      return FM_ENCCL;                                                                      \
+    }                                                                                       \
   } while (0)
-#define CUDA_RET(call)                                                               \
-  do {                                                                               \
-    cudaError_t cn__e = (call);                                                      \
-    if (cn__e != cudaSuccess) {                                                      \
-      fm__report_call("CUDA", #call, __FILE__, __LINE__, cudaGetErrorString(cn__e)); \
-      return FM_ECUDA;                                                               \
-    }                                                                                \
+#define CUDA_RET(call)                                                                      \
+  do {                                                                                      \
+    cudaError_t cn__e = (call);                                                             \
+    if (cn__e != cudaSuccess) {                                                             \
+      report_dev("CUDA", #call, __FILE__, __LINE__, im->device, cudaGetErrorString(cn__e)); \
+      return FM_ECUDA;                                                                      \
+    }                                                                                       \
   } while (0)
 
 static int bad_arg(const FmComm *c, const char *op, int status, const char *why) {
@@ -169,7 +180,9 @@ static void impl_free(NcclImpl *im, int abort_nccl) {
   if (im->device >= 0) (void)cudaSetDevice(im->device);
   if (im->nccl) {
     ncclResult_t e = abort_nccl ? ncclCommAbort(im->nccl) : ncclCommDestroy(im->nccl);
-    if (e != ncclSuccess) fm__report_call("NCCL", "ncclCommDestroy", __FILE__, __LINE__, ncclGetErrorString(e));
+    if (e != ncclSuccess)
+      report_dev("NCCL", abort_nccl ? "ncclCommAbort(im->nccl)" : "ncclCommDestroy(im->nccl)", __FILE__, __LINE__,
+                 im->device, ncclGetErrorString(e));
   }
   if (im->stream) (void)cudaStreamDestroy(im->stream);
   if (im->scratch) (void)cudaFree(im->scratch);
@@ -223,7 +236,7 @@ FmComm *fm_comm_nccl_create(MPI_Comm comm, int device, int *status) {
   if (st == 0 && rank == 0) {
     ncclResult_t e = ncclGetUniqueId(&id);
     if (e != ncclSuccess) {
-      fm__report_call("NCCL", "ncclGetUniqueId(&id)", __FILE__, __LINE__, ncclGetErrorString(e));
+      report_dev("NCCL", "ncclGetUniqueId(&id)", __FILE__, __LINE__, im->device, ncclGetErrorString(e));
       st = FM_ENCCL;
     }
   }
@@ -233,7 +246,8 @@ FmComm *fm_comm_nccl_create(MPI_Comm comm, int device, int *status) {
     FM_CHECK_MPI(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, comm));
     ncclResult_t e = ncclCommInitRank(&im->nccl, size, id, rank);
     if (e != ncclSuccess) {
-      fm__report_call("NCCL", "ncclCommInitRank(&im->nccl, size, id, rank)", __FILE__, __LINE__, ncclGetErrorString(e));
+      report_dev("NCCL", "ncclCommInitRank(&im->nccl, size, id, rank)", __FILE__, __LINE__, im->device,
+                 ncclGetErrorString(e));
       im->nccl = NULL;
       st = FM_ENCCL;
     }

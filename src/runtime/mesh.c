@@ -156,6 +156,8 @@ int fm_mesh_create(FmMesh *m, int tp, int ndevices) {
 }
 
 void fm_mesh_destroy(FmMesh *m) {
+  fm_comm_destroy(m->dp_nccl); /* before the MPI ones: NULL-safe */
+  fm_comm_destroy(m->tp_nccl);
   fm_comm_destroy(m->world);
   fm_comm_destroy(m->dp_comm);
   fm_comm_destroy(m->tp_comm);

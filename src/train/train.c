@@ -37,6 +37,7 @@ typedef struct Run {
   const FmConfig *c;
   FmComm *dp;
   const FmBackend *be;
+  int use_nccl; /* &parallel comm resolved (fm_comm_choose): device collectives over NCCL */
   const FmModelKind *kind;
   FmModelDims dims;
   FmModel *model;
@@ -347,15 +348,31 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     return FM_EDECK;
   }
   fm_log0("backend: %s (%s)", r->be->name, why);
-  /* &parallel comm: the loop reduces host buffers (the CPU backend's, or on
-   * CUDA the host copies of the gradients), so 'auto' is MPI's collectives. */
-  if (c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL) {
-    fm_deck_error(deck, err, FM_KEY_parallel_comm, "NCCL collectives need the CUDA backend; training runs on %s here",
-                  r->be->host_accessible ? "the CPU backend, whose buffers MPI reduces"
-                                         : "CUDA, but reduces host copies of the gradients with MPI in this version");
-    if (err) fprintf(err, "hint: comm = 'auto' or 'mpi'\n");
+  /* &parallel comm (fm_comm_choose): 'auto' is NCCL on the CUDA backend, MPI
+   * on the CPU; 'nccl' on the CPU backend is a deck error with a hint. This
+   * loop still reduces host copies of the gradients (CPU backend, or on CUDA
+   * the copies), so NCCL is not used yet: 'auto' says so and takes MPI, and
+   * an explicit 'nccl' on CUDA is refused. */
+  const char *comm_hint = NULL;
+  int comm_rc = fm_comm_choose(c->choice[FM_KEY_parallel_comm], !r->be->host_accessible, &r->use_nccl, why,
+                               sizeof why, &comm_hint);
+  if (!comm_rc && r->use_nccl) {
+    r->use_nccl = 0;
+    comm_hint = "comm = 'auto' or 'mpi'";
+    if (c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL) {
+      snprintf(why, sizeof why, "NCCL collectives need the device reduction; training runs on CUDA but reduces host "
+                                "copies of the gradients with MPI in this version");
+      comm_rc = FM_EUNSUPPORTED;
+    } else {
+      snprintf(why, sizeof why, "auto: MPI, the loop reduces host copies of the gradients in this version");
+    }
+  }
+  if (comm_rc) {
+    fm_deck_error(deck, err, FM_KEY_parallel_comm, "%s", why);
+    if (err && comm_hint) fprintf(err, "hint: %s\n", comm_hint);
     return FM_EDECK;
   }
+  fm_log0("comm: %s (%s)", r->use_nccl ? "nccl" : "mpi", why);
   /* deck rules first: a wrong schedule is reported before a store is opened */
   if (fm_schedule_from_deck(&r->sched, deck, err)) return FM_EDECK;
   r->B = c->train.global_batch;

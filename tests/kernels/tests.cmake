@@ -77,8 +77,13 @@ fm_cli_test(emu_check_auto_missing_op RC 0 CMD ${FM_EMU_DROP} --check ${FM_IN}/l
 fm_cli_test(emu_train_cuda_missing_op RC 2 CMD ${FM_EMU_DROP} ${FM_IN}/llama_nano.in "train%backend='cuda'"
             MATCH "training cannot use this backend: the cuda \\(emulated\\) build has no rope_fwd op"
                   "hint: backend = 'auto' or 'cpu'")
-fm_cli_test(emu_check_auto_bf16 RC 0 CMD $<TARGET_FILE:fmhpc_emu> --check ${FM_IN}/llama_nano.in
-            "train%precision='p=f32,c=bf16'"
+# c=bf16 needs set_compute_bf16 (the bf16 GEMM path): without it auto keeps
+# the run on the CPU, naming the op; with it (the table as built) auto takes CUDA.
+fm_cli_test(emu_check_auto_bf16 RC 0 CMD ${CMAKE_COMMAND} -E env FMHPC_EMU_DROP_OP=set_compute_bf16
+            $<TARGET_FILE:fmhpc_emu> --check ${FM_IN}/llama_nano.in "train%precision='p=f32,c=bf16'"
             MATCH "backend    cpu \\(auto: a CUDA device is usable, but the cuda \\(emulated\\) build has no set_compute_bf16 op")
+fm_cli_test(emu_check_auto_bf16_cuda RC 0 CMD $<TARGET_FILE:fmhpc_emu> --check ${FM_IN}/llama_nano.in
+            "train%precision='p=f32,c=bf16'"
+            MATCH "backend    cuda \\(emulated\\) \\(auto: a CUDA device is usable and its build has every op the run needs\\)")
 set_tests_properties(cli.emu_check_auto_cuda cli.emu_check_auto_missing_op cli.emu_train_cuda_missing_op
-                     cli.emu_check_auto_bf16 PROPERTIES LABELS emu)
+                     cli.emu_check_auto_bf16 cli.emu_check_auto_bf16_cuda PROPERTIES LABELS emu)

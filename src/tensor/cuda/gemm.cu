@@ -1,7 +1,8 @@
 /* cuda/gemm.cu: the CUDA matmul ops (fm_cuda_matmul_fwd/bwd, the twins of
  * src/tensor/cpu/matmul.c) on one column-major GEMM wrapper, fm__gemm_cm,
  * with cuBLAS's semantics: C (m, n) = alpha op(A) op(B) + beta C; the
- * compute_bf16 switch (fm_cuda_set_compute_bf16) and the pinned GEMM plans
+ * compute_bf16 switch (fm_cuda_set_compute_bf16, which also switches
+ * attention.cu to its tensor-core kernels) and the pinned GEMM plans
  * (fm_cuda_gemm_plans, fm_cuda_gemm_plans_text) for logs and checkpoints.
  *
  * Two precisions, as the CPU backend (src/tensor/cpu/bf16_mode.c):
@@ -43,7 +44,13 @@
 /* ---- precision ------------------------------------------------------------ */
 static int fm__bf16_on = 0;
 
-extern "C" void FM_CUDA_OP(set_compute_bf16)(int on) { fm__bf16_on = on != 0; }
+/* attention.cu's switch: its tensor-core (flash) kernels in bf16 compute. */
+extern "C" void FM_CUDA_OP(attention_set_bf16)(int on);
+
+extern "C" void FM_CUDA_OP(set_compute_bf16)(int on) {
+  fm__bf16_on = on != 0;
+  FM_CUDA_OP(attention_set_bf16)(fm__bf16_on);
+}
 extern "C" int fm__cuda_compute_bf16(void) { return fm__bf16_on; }
 
 /* dst (rows, cols) packed column-major (ld = rows) = bf16(src (rows, cols), ld). */

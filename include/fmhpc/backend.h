@@ -131,15 +131,6 @@ int fm_cuda_gemm_plans(FmGemmPlanInfo *out, int max);
  * attribute: whole lines into buf (cap bytes, NUL-terminated; buf may be
  * NULL); returns the length the full text needs (without the NUL). */
 int64_t fm_cuda_gemm_plans_text(char *buf, int64_t cap);
-/* The exact gradient reduction's quantisation on the device (the twin of
- * add_block in src/dist/reduce.c; src/tensor/cuda/quant.cu): acc[i - lo] +=
- * round-to-nearest-even(grad[i] * 2^exp2[i / block]) for i in [lo, hi), lo a
- * multiple of block; amax[b] = max(amax[b], max |grad| of block b); a block
- * with NaN/Inf sets flags[1], one past limit sets flags[0], and neither adds.
- * Device pointers. */
-void fm_cuda_quant_add(int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2, int64_t lo,
-                       int64_t hi, int64_t block, int64_t limit);
-
 /* fm_cuda_<op> for every op ops.def marks `cuda`. */
 #define FM__OP_CUDA_DECL_cuda(name, ret, params) ret fm_cuda_##name params;
 #define FM__OP_CUDA_DECL_nocuda(name, ret, params)

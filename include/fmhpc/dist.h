@@ -98,6 +98,13 @@ typedef struct FmReduce {
   int64_t first_bad;      /* after a non-finite finish: the first NaN/Inf element (any rank), else -1 */
   int64_t redone;         /* steps computed again after an overflow */
   FmComm *comm;
+  const FmBackend *dev;   /* exact mode on a device backend: its quant_add quantises each micro-batch where the
+                             gradient is (fm_reduce_use_device); NULL: the host path (add_block) */
+  int64_t *d_acc;         /* (P*S) the accumulator on the device */
+  float *d_amax;          /* (nblocks) */
+  int32_t *d_flags;       /* (2) overflow, NaN/Inf */
+  int32_t *d_exp2;        /* (nblocks) this step's scales, uploaded by fm_reduce_begin */
+  bool locate;            /* the device saw NaN/Inf: the step is computed again on the host path to name it */
 } FmReduce;
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
@@ -110,6 +117,18 @@ static inline int64_t fm_reduce_hi(const FmReduce *g) { return g->hi[g->r]; }
 void fm_reduce_begin(FmReduce *g);
 /* Exact mode: add one micro-batch gradient (n floats, host). */
 void fm_reduce_add(FmReduce *g, const float *grad);
+/* Exact mode on a device backend with a quant_add op: each micro-batch is
+ * quantised on the device into a device accumulator (the same integers as
+ * add_block: bitwise), and fm_reduce_finish copies the accumulator, maxima
+ * and flags to the host once per step for the collectives. A step whose
+ * gradient holds NaN/Inf is computed again on the host path (finish returns
+ * 1 without counting a redo), which names the first such element as on the
+ * CPU; the scales stay. */
+void fm_reduce_use_device(FmReduce *g, const FmBackend *be);
+/* Whether this micro-batch goes to fm_reduce_add_device (else fm_reduce_add). */
+static inline bool fm_reduce_on_device(const FmReduce *g) { return g->exact && g->dev && !g->locate; }
+/* Add one micro-batch gradient (n floats, device memory of the backend). */
+void fm_reduce_add_device(FmReduce *g, const float *dgrad);
 /* Finish: reduce over ranks and write this rank's shard of the summed
  * gradient (hi - lo floats) to shard_out. Fast mode reads the model's
  * accumulated fp32 gradient from `grad`. Returns 1 when the step must be

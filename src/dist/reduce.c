@@ -65,7 +65,22 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   return 0;
 }
 
+void fm_reduce_use_device(FmReduce *g, const FmBackend *be) {
+  if (!g->exact || !be->quant_add || g->dev) return;
+  g->dev = be;
+  g->d_acc = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_acc);
+  g->d_amax = be->alloc(g->nblocks * (int64_t)sizeof *g->d_amax);
+  g->d_flags = be->alloc(2 * (int64_t)sizeof *g->d_flags);
+  g->d_exp2 = be->alloc(g->nblocks * (int64_t)sizeof *g->d_exp2);
+}
+
 void fm_reduce_free(FmReduce *g) {
+  if (g->dev) {
+    g->dev->free(g->d_acc);
+    g->dev->free(g->d_amax);
+    g->dev->free(g->d_flags);
+    g->dev->free(g->d_exp2);
+  }
   free(g->lo);
   free(g->hi);
   free(g->exp2);
@@ -100,7 +115,15 @@ void fm_reduce_begin(FmReduce *g) {
     g->exp2[b] = block_exponent(g->amax_prev[b], g->limit);
     g->amax[b] = 0.0f;
   }
-  if (g->exact) memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
+  if (fm_reduce_on_device(g)) {
+    const FmBackend *be = g->dev;
+    be->copy_to_device(g->d_exp2, g->exp2, g->nblocks * (int64_t)sizeof *g->exp2);
+    be->memset(g->d_acc, 0, g->P * g->S * (int64_t)sizeof *g->d_acc);
+    be->memset(g->d_amax, 0, g->nblocks * (int64_t)sizeof *g->d_amax);
+    be->memset(g->d_flags, 0, 2 * (int64_t)sizeof *g->d_flags);
+  } else if (g->exact) {
+    memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
+  }
   g->overflow = 0;
   g->nonfinite = 0;
   g->first_bad = INT64_MAX;
@@ -171,6 +194,12 @@ void fm_reduce_add(FmReduce *g, const float *grad) {
   }
 }
 
+void fm_reduce_add_device(FmReduce *g, const float *dgrad) {
+  for (int r = 0; r < g->P; r++) /* each rank's shard into its slot of the padded layout */
+    g->dev->quant_add(g->d_acc + (int64_t)r * g->S, g->d_amax, g->d_flags, dgrad, g->d_exp2, g->lo[r], g->hi[r],
+                      FM_DIST_BLOCK, g->limit);
+}
+
 /* Every rank learns the first non-finite element of the step (a min over
  * ranks: all of them take this path, the flags being agreed). */
 static void agree_first_bad(FmReduce *g) {
@@ -205,7 +234,19 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     *nonfinite = all[1] != 0;
     return 0;
   }
+  const bool on_dev = fm_reduce_on_device(g);
+  g->locate = false;
+  if (on_dev) { /* the device's flags and maxima: one copy each per step */
+    g->dev->copy_to_host(flags, g->d_flags, sizeof flags);
+    g->dev->copy_to_host(g->amax, g->d_amax, g->nblocks * (int64_t)sizeof *g->amax);
+    g->overflow = flags[0];
+    g->nonfinite = flags[1];
+  }
   FM_CHECK(fm_comm_allreduce(g->comm, flags, all, 2, FM_DT_I32, FM_OP_MAX));
+  if (all[1] && on_dev) { /* every rank computes the step again on the host path, which names the element */
+    g->locate = true;
+    return 1;
+  }
   if (all[1]) { /* skipped by the caller: no redo, and the scales stay */
     *nonfinite = true;
     agree_first_bad(g);
@@ -219,6 +260,7 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     g->redone++;
     return 1;
   }
+  if (on_dev) g->dev->copy_to_host(g->acc, g->d_acc, g->P * g->S * (int64_t)sizeof *g->acc);
   FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
   for (int64_t i0 = 0; i0 < len; i0 += FM_DIST_BLOCK) { /* shards start on block boundaries */
     const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_DIST_BLOCK]);

@@ -196,7 +196,17 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
     fm_deck_error(deck, err, FM_KEY_data_valid, "task = 'eval' needs a store (&data valid or train)");
     return FM_EDECK;
   }
-  const FmModelLoadOpts lo = {NULL, c->train.micro_batch, false, c->eval.model, false, 0};
+  /* &train backend: the forward runs where training would (the same ops and choice). */
+  char why[256];
+  int st_be = 0;
+  const int need = FM_NEED_MODEL | (c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16 ? FM_NEED_BF16 : 0);
+  const FmBackend *be = fm_backend_choose(c->train.backend, need, why, (int)sizeof why, &st_be);
+  if (!be) {
+    fm_deck_error(deck, err, FM_KEY_train_backend, "eval cannot use this backend: %s", why);
+    return FM_EDECK;
+  }
+  fm_log0("backend: %s (%s)", be->name, why);
+  const FmModelLoadOpts lo = {be, c->train.micro_batch, false, c->eval.model, false, 0};
   FmLoadedModel lm;
   int rc = fm_model_load(&lm, deck, &lo, world, err);
   const FmModelDims dims = lm.dims;

@@ -410,9 +410,17 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
   }
   ctx = ctx < dims.T ? ctx : dims.T;
   if (!rc) { /* the import status is agreed below, with the decoder's */
-    const FmModelLoadOpts lo = {NULL, g.B, false, model_dir, false, ctx};
-    FmLoadedModel lm;
-    rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
+    /* &train backend: generation needs attention_decode besides the model ops (fp32 compute). */
+    char why[256];
+    int st_be = 0;
+    const FmBackend *be = fm_backend_choose(c->train.backend, FM_NEED_MODEL | FM_NEED_DECODE, why, (int)sizeof why,
+                                            &st_be);
+    if (be) fm_log0("backend: %s (%s)", be->name, why);
+    else fm_deck_error(deck, err, FM_KEY_train_backend, "generate cannot use this backend: %s", why);
+    const FmModelLoadOpts lo = {be, g.B, false, model_dir, false, ctx};
+    FmLoadedModel lm = {0};
+    if (be) rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
+    else rc = FM_EDECK;
     g.m = lm.model;
     /* Generation computes in fp32 whatever &train precision says (as it always has). */
     if (g.m) fm_model_set_compute_bf16(g.m, false);

@@ -93,6 +93,13 @@ static void weights_to_device(Run *r) {
                         fm_model_params(r->model)->numel * (int64_t)sizeof(float));
 }
 
+/* Where the step's work runs, for the log: the CPU's GEMM, or the device's share. */
+static const char *where_ops(const Run *r) {
+  if (r->be->host_accessible) return fm_cpu_blas_info();
+  return r->red.dev ? "model ops and the exact quantisation on the device, collectives and optimizer on host copies"
+                    : "model ops on the device, reduction and optimizer on host copies";
+}
+
 /* ---- the step --------------------------------------------------------- */
 
 /* Read this rank's micro-batches of `step` and set token weights to
@@ -131,7 +138,9 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
         const float nan = NAN; /* the test hook: one rank's gradient poisoned */
         r->be->copy_to_device(fm_model_grad_arena(r->model) + r->nan_offset, &nan, sizeof nan);
       }
-      if (r->red.exact) {
+      if (fm_reduce_on_device(&r->red)) {
+        fm_reduce_add_device(&r->red, fm_model_grad_arena(r->model));
+      } else if (r->red.exact) {
         grad_to_host(r);
         fm_reduce_add(&r->red, grad);
       }
@@ -399,6 +408,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
 
   const FmTensorTable *pt = fm_model_params(r->model);
   fm_reduce_create(&r->red, pt->numel, r->M, c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT, dp);
+  if (!r->be->host_accessible) fm_reduce_use_device(&r->red, r->be); /* exact: quantised on the device */
   const bool replicated = c->parallel.zero == 0;
   if (replicated) r->gfull = fm_xcalloc((size_t)pt->numel, sizeof *r->gfull);
   if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, replicated ? 0 : fm_reduce_lo(&r->red),
@@ -662,8 +672,7 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
           "%s reduction, %s",
           c->run.name, r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps,
           (long long)r.B, (long long)r.T, dp->size, dp->kind, (long long)c->parallel.zero,
-          r.red.exact ? "exact" : "fast",
-          r.be->host_accessible ? fm_cpu_blas_info() : "model ops on the device, reduction and optimizer on host copies");
+          r.red.exact ? "exact" : "fast", where_ops(&r));
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();

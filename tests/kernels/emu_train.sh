@@ -21,7 +21,13 @@
 #       MPI ranks (the exact int64 reduction);
 #     - llama only: a run preempted after step 2 (checkpoint written from
 #       the device path) and resumed with resume='auto' at 2 ranks under the
-#       reverse schedule ends with the uninterrupted run's bits.
+#       reverse schedule ends with the uninterrupted run's bits; a NaN
+#       planted in one rank's gradient (FMHPC_TEST_NAN_AT) is found by the
+#       device quantisation, named (tensor, element) and the step skipped;
+#       task='eval' of the trained model with backend='cuda' at 2 ranks
+#       matches the CPU's eval loss within 1e-6; task='generate' (which needs
+#       attention_decode, not in the CUDA table) runs on the CPU under 'auto'
+#       and is refused under 'cuda', naming the op.
 set -euo pipefail
 case_=$1 FMHPC=$2 EMU=$3 MPIEXEC=$4 FX=$5 WORK=$6
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -86,6 +92,35 @@ if [ "$case_" = llama ]; then # checkpoint on the device path, resume at another
   run ck3 2 "$EMU" reverse "train%backend='cuda'" ckpt%every=1 "ckpt%dir='$D/ck'" "ckpt%resume='auto'"
   grep -q "^resume: .*step 2" "$D/ck3.log" || fail "ck3 did not resume from step 2"
   runs+=(ck3)
+  # a NaN planted in rank 1's gradient at step 2: the device quantisation flags it, the step is computed
+  # again on the host path to name the element, and skipped on both ranks
+  FMHPC_TEST_NAN_AT=2:1:h.mlp.w_up run nan 2 "$EMU" forward "train%backend='cuda'"
+  grep -q "step 2: non-finite gradient, first in the gradient of h.mlp.w_up (element 0): step skipped" "$D/nan.log" ||
+    { grep -i "non-finite\|step " "$D/nan.log"; fail "nan: the planted NaN was not named"; }
+  grep -q '"skipped": 1,' "$D/nan/summary.json" || fail "nan: summary does not count 1 skipped step"
+  grep -q '"redone": 0,' "$D/nan/summary.json" || fail "nan: the naming pass was counted as a redo"
+  echo "nan: $(grep -o 'step 2: non-finite.*skipped' "$D/nan.log" | head -1)"
+  # task='eval' of the trained model on the emulated device and on the CPU
+  run evcpu 1 "$FMHPC" forward "run%task='eval'" "eval%model='$D/fwd/final'" "train%backend='cpu'"
+  run evemu 2 "$EMU" random:99 "run%task='eval'" "eval%model='$D/fwd/final'" "train%backend='cuda'"
+  grep -q "^backend: cuda (emulated) (as the deck asks)" "$D/evemu.log" || fail "evemu: not on the emulated CUDA"
+  /usr/bin/python3 -c "
+import json, sys
+a, b = (json.load(open(sys.argv[i] + '/eval.json'))['loss'] for i in (1, 2))
+print(f'eval: loss cpu {a:.9f} cuda(emulated) {b:.9f} rel {abs(a - b) / a:.2e}')
+sys.exit(0 if abs(a - b) <= 1e-6 * a else 'FAIL: eval losses differ')" "$D/evcpu" "$D/evemu"
+  # task='generate' needs attention_decode, which the CUDA table lacks: auto takes the CPU and says why
+  gen=("run%task='generate'" "generate%model='$D/fwd/final'" "generate%tokenizer='$DATA/tok.json'"
+       "generate%prompts='The kernel'" generate%max_tokens=4 generate%temperature=0 "generate%output='$D/gen.jsonl'")
+  run genauto 1 "$EMU" forward "${gen[@]}" "train%backend='auto'"
+  grep -q "^backend: cpu (auto: a CUDA device is usable, but the cuda (emulated) build has no attention_decode op" \
+    "$D/genauto.log" || fail "genauto: no 'backend: cpu (auto: ... attention_decode' line"
+  rc=0
+  FMHPC_EMU_SCHEDULE=forward "$MPIEXEC" -n 1 "$EMU" "${args[@]}" "${gen[@]}" "train%backend='cuda'" \
+    "run%out_dir='$D/gencuda'" > "$D/gencuda.log" 2>&1 || rc=$?
+  [ "$rc" = 2 ] && grep -q "generate cannot use this backend: the cuda (emulated) build has no attention_decode" \
+    "$D/gencuda.log" || { tail -5 "$D/gencuda.log"; fail "gencuda: exit $rc, expected 2 naming attention_decode"; }
+  echo "generate: auto took the CPU (no attention_decode on CUDA); 'cuda' refused naming the op"
 fi
 TOL=$tol /usr/bin/python3 - "$D" cpu "${runs[@]}" <<'PY'
 import json, os, sys

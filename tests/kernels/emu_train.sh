@@ -25,9 +25,10 @@
 #       planted in one rank's gradient (FMHPC_TEST_NAN_AT) is found by the
 #       device quantisation, named (tensor, element) and the step skipped;
 #       task='eval' of the trained model with backend='cuda' at 2 ranks
-#       matches the CPU's eval loss within 1e-6; task='generate' (which needs
-#       attention_decode, not in the CUDA table) runs on the CPU under 'auto'
-#       and is refused under 'cuda', naming the op.
+#       matches the CPU's eval loss within 1e-6; task='generate' (greedy,
+#       batch 2) writes the same texts on the emulated CUDA as on the CPU;
+#       without attention_decode (FMHPC_EMU_DROP_OP) it runs on the CPU under
+#       'auto' and is refused under 'cuda', naming the op.
 set -euo pipefail
 case_=$1 FMHPC=$2 EMU=$3 MPIEXEC=$4 FX=$5 WORK=$6
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -109,18 +110,25 @@ import json, sys
 a, b = (json.load(open(sys.argv[i] + '/eval.json'))['loss'] for i in (1, 2))
 print(f'eval: loss cpu {a:.9f} cuda(emulated) {b:.9f} rel {abs(a - b) / a:.2e}')
 sys.exit(0 if abs(a - b) <= 1e-6 * a else 'FAIL: eval losses differ')" "$D/evcpu" "$D/evemu"
-  # task='generate' needs attention_decode, which the CUDA table lacks: auto takes the CPU and says why
+  # task='generate' (greedy) on the emulated CUDA (attention_decode over the KV cache) and on the CPU:
+  # the same tokens; without attention_decode 'auto' takes the CPU and says why, 'cuda' is refused
   gen=("run%task='generate'" "generate%model='$D/fwd/final'" "generate%tokenizer='$DATA/tok.json'"
-       "generate%prompts='The kernel'" generate%max_tokens=4 generate%temperature=0 "generate%output='$D/gen.jsonl'")
-  run genauto 1 "$EMU" forward "${gen[@]}" "train%backend='auto'"
+       "generate%prompts='The kernel', 'A driver must'" generate%max_tokens=8 generate%temperature=0 generate%batch=2)
+  run gencpu 1 "$FMHPC" forward "${gen[@]}" "generate%output='$D/gencpu.jsonl'" "train%backend='cpu'"
+  run genemu 1 "$EMU" reverse "${gen[@]}" "generate%output='$D/genemu.jsonl'" "train%backend='cuda'"
+  grep -q "^backend: cuda (emulated)" "$D/genemu.log" || fail "genemu: not on the emulated CUDA"
+  [ "$(grep -c '"tokens": 8' "$D/gencpu.jsonl")" = 2 ] || fail "gencpu: expected 2 texts of 8 tokens"
+  cmp -s "$D/gencpu.jsonl" "$D/genemu.jsonl" || { cat "$D/gencpu.jsonl" "$D/genemu.jsonl"; fail "generate: texts differ"; }
+  FMHPC_EMU_DROP_OP=attention_decode run genauto 1 "$EMU" forward "${gen[@]}" "generate%output='$D/genauto.jsonl'" \
+    "train%backend='auto'"
   grep -q "^backend: cpu (auto: a CUDA device is usable, but the cuda (emulated) build has no attention_decode op" \
     "$D/genauto.log" || fail "genauto: no 'backend: cpu (auto: ... attention_decode' line"
   rc=0
-  FMHPC_EMU_SCHEDULE=forward "$MPIEXEC" -n 1 "$EMU" "${args[@]}" "${gen[@]}" "train%backend='cuda'" \
+  FMHPC_EMU_DROP_OP=attention_decode "$MPIEXEC" -n 1 "$EMU" "${args[@]}" "${gen[@]}" "train%backend='cuda'" \
     "run%out_dir='$D/gencuda'" > "$D/gencuda.log" 2>&1 || rc=$?
   [ "$rc" = 2 ] && grep -q "generate cannot use this backend: the cuda (emulated) build has no attention_decode" \
     "$D/gencuda.log" || { tail -5 "$D/gencuda.log"; fail "gencuda: exit $rc, expected 2 naming attention_decode"; }
-  echo "generate: auto took the CPU (no attention_decode on CUDA); 'cuda' refused naming the op"
+  echo "generate: greedy texts equal on the CPU and the emulated CUDA: $(head -c 120 "$D/genemu.jsonl")"
 fi
 TOL=$tol /usr/bin/python3 - "$D" cpu "${runs[@]}" <<'PY'
 import json, os, sys

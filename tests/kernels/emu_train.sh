@@ -7,6 +7,9 @@
 #          packed bfd_split with document-reset positions (segment ids: the
 #          document mask) and a validation store
 #   llama  tiny Llama (GQA 4 query heads over 2 KV heads, untied), AdamW,
+#   paths  the fast (fp32) reduction (GPT-2) and Sophia-G with &parallel zero = 0
+#          (Llama; its Hessian pass runs the model's logits and a second
+#          backward on the device) at 2 ranks: losses within 1e-6 of the CPU's
 #   gpt2   tiny GPT-2 (tied embeddings), AdamW; each 3 steps of 4 sequences
 #          in micro-batches of 1, exact reduction, and a validation pass:
 #     - the CPU backend's losses (3 steps and validation) within 1e-6
@@ -54,6 +57,38 @@ common=("data%train='$DATA/store/train.json'" "data%valid='$DATA/store/valid.jso
         "train%determinism='exact'" "optim%name='adamw'" optim%lr=1e-2 optim%warmup_steps=1 eval%every=0
         eval%batches=2 log%every=1 log%plot=F log%peak_tflops=1 ckpt%every=0 "ckpt%resume='none'")
 tol=1e-6
+if [ "$case_" = paths ]; then # the other training paths on the device: losses as the CPU's
+  D=$WORK/paths
+  rm -rf "$D" && mkdir -p "$D"
+  base=("data%train='$DATA/store/train.json'" "data%valid=''" model%vocab_size=320 model%seq_len=32 model%d_model=32
+        model%n_layer=2 train%steps=3 train%global_batch=4 train%micro_batch=1 optim%lr=1e-2 optim%warmup_steps=1
+        eval%every=0 log%every=1 log%plot=F log%peak_tflops=1 ckpt%every=0 "ckpt%resume='none'")
+  # name deck overrides...
+  cases=("gpt2_fast gpt2_nano.in model%n_head=2 train%determinism='fast'"
+         "llama_sophia_zero0 llama_nano.in model%n_head=4 model%n_kv_head=2 model%d_ff=64 optim%name='sophia' optim%sophia_k=1 parallel%zero=0")
+  for c in "${cases[@]}"; do
+    read -r -a w <<< "$c"
+    for be in cpu cuda; do
+      bin=$FMHPC np=1
+      [ $be = cuda ] && bin=$EMU np=2
+      timeout -k 5 240 "$MPIEXEC" -n $np "$bin" "$SRC/inputs/${w[1]}" "${base[@]}" "${w[@]:2}" "train%backend='$be'" \
+        "run%out_dir='$D/${w[0]}_$be'" > "$D/${w[0]}_$be.log" 2>&1 || { tail -20 "$D/${w[0]}_$be.log"; fail "${w[0]} $be"; }
+    done
+    /usr/bin/python3 - "$D/${w[0]}" <<'PY'
+import json, sys
+d = sys.argv[1]
+cpu, emu = ([json.loads(l)["loss"] for l in open(f"{d}_{b}/metrics.jsonl") if '"loss_hex"' in l] for b in ("cpu", "cuda"))
+if len(cpu) != 3 or len(emu) != 3:
+    sys.exit(f"FAIL: {d}: {len(cpu)} and {len(emu)} step losses, expected 3")
+rel = max(abs(a - b) / abs(a) for a, b in zip(cpu, emu))
+print(f"{d.rsplit('/', 1)[1]}: 3 step losses, cpu (1 rank) vs cuda(emulated) (2 ranks) worst relative {rel:.2e}")
+sys.exit(0 if rel <= 1e-6 else "FAIL: beyond 1e-6")
+PY
+  done
+  echo "PASS: paths"
+  exit 0
+fi
+
 case $case_ in
 llama) deck=(llama_nano.in model%n_head=4 model%n_kv_head=2 model%d_ff=64 model%tie_embeddings=F) ;;
 llama_bf16) # bf16 compute: bf16 cuBLASLt GEMMs (emulated) against the CPU's bf16 emulation,

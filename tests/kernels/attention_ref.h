@@ -63,7 +63,7 @@ static inline float *ar_rounded(const float *x, int64_t n) {
 
 typedef struct ArShape {
   int64_t B, T, NH, NKV, HS;
-  int docs, fused;
+  int docs, fused; /* docs: 0 none, 1 ids not ordered, 2 numbered in order (prep) */
 } ArShape;
 typedef struct ArProb { /* q, k, v as views of one (fused) array or three */
   ArShape s;
@@ -92,15 +92,17 @@ static inline ArProb ar_prob_new(ArShape s, double (*uniform)(double, double)) {
   }
   p.dout = ar_f32(N * s.NH * HS);
   for (int64_t i = 0; i < N * s.NH * HS; i++) p.dout[i] = (float)uniform(-1.0, 1.0);
-  if (s.docs) { /* documents of 1..40 tokens (the last one longer at large T), ids not ordered */
+  if (s.docs) { /* documents of 1..40 tokens (1..600 at large T); docs 1: ids
+                 * not ordered; 2: numbered 1, 2, ... as prep does, the last
+                 * 20 positions padding (id 0) */
     p.seg = fm_xcalloc((size_t)N, sizeof *p.seg);
     for (int64_t b = 0; b < s.B; b++) {
       int64_t t = 0;
-      int32_t id = 7;
+      int32_t id = s.docs == 2 ? 1 : 7;
       while (t < s.T) {
         const int64_t len = 1 + (int64_t)uniform(0.0, s.T > 256 ? 600.0 : 40.0);
-        for (int64_t u = t; u < t + len && u < s.T; u++) p.seg[b * s.T + u] = id;
-        t += len, id = (id * 5 + 3) % 11;
+        for (int64_t u = t; u < t + len && u < s.T; u++) p.seg[b * s.T + u] = s.docs == 2 && u >= s.T - 20 ? 0 : id;
+        t += len, id = s.docs == 2 ? id + 1 : (id * 5 + 3) % 11;
       }
     }
   }

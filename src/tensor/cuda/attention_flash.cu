@@ -29,9 +29,11 @@
  *   dQ: a block owns 64 query rows of (b, h) (a warp 16), walks key tiles in
  *     order: dQ += dS K.
  * Every output element has one owner thread and one summation order, so
- * the same inputs give the same bits run to run. A warp whose 16 rows see
- * nothing of a tile (causal or document mask) skips it (__any_sync); a
- * masked entry gets probability exactly 0.
+ * the same inputs give the same bits run to run. A block skips a whole tile
+ * (its loads and barriers) whose document ids cannot meet its own rows'
+ * (fm__fa_range); a warp whose 16 rows see nothing of a tile (causal or
+ * document mask) skips its products (__any_sync); a masked entry gets
+ * probability exactly 0.
  *
  * Tiles travel global -> shared memory in 16-byte chunks (FmFaStage); where
  * registers allow (FM__FA_PF_*: the forward at head size 64) the next key
@@ -251,6 +253,43 @@ static __device__ __forceinline__ uint32_t fm__fa_vis(int64_t r0, int64_t c0, in
   return bits;
 }
 
+/* Document ranges: the smallest and largest segment id of seg[lo, lo + n),
+ * the same in every lane of every warp (each warp reduces the same ids), so
+ * a block-wide decision made from them needs no barrier. A tile whose id
+ * range is disjoint from the range of the block's own rows holds no pair in
+ * one document and is skipped whole (no loads, no barriers). Sound for any
+ * ids; tight when a row's documents are numbered in order, as prep numbers
+ * them. */
+struct FmFaRange {
+  int32_t lo, hi;
+};
+static __device__ __forceinline__ FmFaRange fm__fa_range(const int32_t *seg, int64_t lo, int n) {
+  int32_t a = INT32_MAX, z = INT32_MIN;
+  for (int i = threadIdx.x & 31; i < n; i += 32) {
+    const int32_t v = seg[lo + i];
+    a = v < a ? v : a;
+    z = v > z ? v : z;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    const int32_t x = __shfl_xor_sync(0xffffffffu, a, o), y = __shfl_xor_sync(0xffffffffu, z, o);
+    a = x < a ? x : a;
+    z = y > z ? y : z;
+  }
+  const FmFaRange r = {a, z};
+  return r;
+}
+/* The first tile start s, s + step, ... below end whose rows' ids meet
+ * `own` (all of them without documents); end if none. */
+static __device__ __forceinline__ int64_t fm__fa_next_tile(const int32_t *segb, FmFaRange own, int64_t s, int64_t end,
+                                                           int step, int64_t T) {
+  if (!segb) return s < end ? s : end;
+  for (; s < end; s += step) {
+    const FmFaRange r = fm__fa_range(segb, s, (int)(T - s < step ? T - s : step));
+    if (!(r.hi < own.lo || r.lo > own.hi)) return s;
+  }
+  return end;
+}
+
 /* ---- forward ------------------------------------------------------------------ */
 template <int HS>
 struct FmFaFwd {
@@ -285,11 +324,15 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
 
   const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
   FmFaStage<HS, P::BC> stk, stv;
-  if (P::PF) {
-    stk.fetch(a.k + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
-    stv.fetch(a.v + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
+  const int nown = (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS);
+  const FmFaRange own = segb ? fm__fa_range(segb, t0, nown) : FmFaRange{0, 0};
+  int64_t s0 = fm__fa_next_tile(segb, own, 0, kend, P::BC, T);
+  if (P::PF && s0 < kend) {
+    const int nk0 = (int)(T - s0 < P::BC ? T - s0 : P::BC);
+    stk.fetch(a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
+    stv.fetch(a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
   }
-  for (int64_t s0 = 0; s0 < kend; s0 += P::BC) {
+  for (int64_t s1 = kend; s0 < kend; s0 = s1) {
     const int nk = (int)(T - s0 < P::BC ? T - s0 : P::BC);
     __syncthreads(); /* the previous tile's readers are done */
     if (P::PF) {
@@ -301,8 +344,8 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
     }
     for (int i = threadIdx.x; i < P::BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
     __syncthreads();
-    if (P::PF && s0 + P::BC < kend) { /* the next tile's loads overlap this tile's work */
-      const int64_t s1 = s0 + P::BC;
+    s1 = fm__fa_next_tile(segb, own, s0 + P::BC, kend, P::BC, T);
+    if (P::PF && s1 < kend) { /* the next tile's loads overlap this tile's work */
       const int nk1 = (int)(T - s1 < P::BC ? T - s1 : P::BC);
       stk.fetch(a.k + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
       stv.fetch(a.v + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
@@ -429,12 +472,24 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
    * order, as one sequence of steps so the next step's loads can be in flight */
   const int64_t tstart = (s0 / P::BQ) * P::BQ, ntq = (T - tstart + P::BQ - 1) / P::BQ, steps = rep * ntq;
   FmFaStage<HS, P::BQ> pq, pd;
-  if (P::PF && steps > 0) {
-    const int nq0 = (int)(T - tstart < P::BQ ? T - tstart : P::BQ);
-    pq.fetch(a.q + (b * T + tstart) * ldq + g * rep * HS, ldq, nq0);
-    pd.fetch(a.dout + (b * T + tstart) * ldq + g * rep * HS, ldq, nq0);
+  const FmFaRange own = segb ? fm__fa_range(segb, s0, nk) : FmFaRange{0, 0};
+  /* the first step from `it` whose query tile meets the key rows' documents */
+  auto next_step = [&](int64_t i) -> int64_t {
+    for (; segb && i < steps; i++) {
+      const int64_t tq0 = tstart + (i % ntq) * P::BQ;
+      const FmFaRange r = fm__fa_range(segb, tq0, (int)(T - tq0 < P::BQ ? T - tq0 : P::BQ));
+      if (!(r.hi < own.lo || r.lo > own.hi)) break;
+    }
+    return i < steps ? i : steps;
+  };
+  int64_t it = next_step(0);
+  if (P::PF && it < steps) {
+    const int64_t h0 = g * rep + it / ntq, tq0 = tstart + (it % ntq) * P::BQ;
+    const int nq0 = (int)(T - tq0 < P::BQ ? T - tq0 : P::BQ);
+    pq.fetch(a.q + (b * T + tq0) * ldq + h0 * HS, ldq, nq0);
+    pd.fetch(a.dout + (b * T + tq0) * ldq + h0 * HS, ldq, nq0);
   }
-  for (int64_t it = 0; it < steps; it++) {
+  for (int64_t it1 = steps; it < steps; it = it1) {
     const int64_t h = g * rep + it / ntq, t0 = tstart + (it % ntq) * P::BQ;
     const int nq = (int)(T - t0 < P::BQ ? T - t0 : P::BQ);
     __syncthreads();
@@ -452,8 +507,9 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
       sSeg[i] = segb && i < nq ? segb[t0 + i] : 0;
     }
     __syncthreads();
-    if (P::PF && it + 1 < steps) {
-      const int64_t h1 = g * rep + (it + 1) / ntq, t1 = tstart + ((it + 1) % ntq) * P::BQ;
+    it1 = next_step(it + 1);
+    if (P::PF && it1 < steps) {
+      const int64_t h1 = g * rep + it1 / ntq, t1 = tstart + (it1 % ntq) * P::BQ;
       const int nq1 = (int)(T - t1 < P::BQ ? T - t1 : P::BQ);
       pq.fetch(a.q + (b * T + t1) * ldq + h1 * HS, ldq, nq1);
       pd.fetch(a.dout + (b * T + t1) * ldq + h1 * HS, ldq, nq1);
@@ -538,11 +594,15 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
 
   const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
   FmFaStage<HS, P::BC> stk, stv;
-  if (P::PF) {
-    stk.fetch(a.k + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
-    stv.fetch(a.v + b * T * ldkv + g * HS, ldkv, (int)(T < P::BC ? T : P::BC));
+  const int nown = (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS);
+  const FmFaRange own = segb ? fm__fa_range(segb, t0, nown) : FmFaRange{0, 0};
+  int64_t s0 = fm__fa_next_tile(segb, own, 0, kend, P::BC, T);
+  if (P::PF && s0 < kend) {
+    const int nk0 = (int)(T - s0 < P::BC ? T - s0 : P::BC);
+    stk.fetch(a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
+    stv.fetch(a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
   }
-  for (int64_t s0 = 0; s0 < kend; s0 += P::BC) {
+  for (int64_t s1 = kend; s0 < kend; s0 = s1) {
     const int nk = (int)(T - s0 < P::BC ? T - s0 : P::BC);
     __syncthreads();
     if (P::PF) {
@@ -554,8 +614,8 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
     }
     for (int i = threadIdx.x; i < P::BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
     __syncthreads();
-    if (P::PF && s0 + P::BC < kend) {
-      const int64_t s1 = s0 + P::BC;
+    s1 = fm__fa_next_tile(segb, own, s0 + P::BC, kend, P::BC, T);
+    if (P::PF && s1 < kend) {
       const int nk1 = (int)(T - s1 < P::BC ? T - s1 : P::BC);
       stk.fetch(a.k + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
       stv.fetch(a.v + (b * T + s1) * ldkv + g * HS, ldkv, nk1);

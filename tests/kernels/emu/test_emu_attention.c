@@ -42,8 +42,12 @@ static double uniform(double lo, double hi) {
 
 static const ArShape shapes[] = {
     /* B, T, NH, NKV, HS, docs, fused */
-    {1, 128, 4, 2, 64, 1, 1},  {2, 72, 2, 1, 128, 1, 0}, {1, 64, 3, 3, 64, 0, 0},
-    {1, 100, 2, 1, 128, 0, 1}, {3, 9, 4, 1, 64, 1, 0}, /* one partial tile: three warps of padding rows */
+    {1, 128, 4, 2, 64, 1, 1},  /* documents (ids not ordered), GQA 2:1, GPT-2's fused qkv */
+    {2, 72, 2, 1, 128, 1, 0},  /* a tail tile, separate q/k/v */
+    {1, 64, 3, 3, 64, 0, 0},   /* one document, no GQA */
+    {1, 100, 2, 1, 128, 0, 1}, /* one document, HS 128, a tail tile */
+    {3, 9, 4, 1, 64, 1, 0},    /* one partial tile: three warps of padding rows */
+    {1, 256, 2, 1, 64, 2, 1},  /* documents numbered in order: whole tiles skipped */
 };
 enum { NSHAPES = sizeof shapes / sizeof shapes[0] };
 
@@ -111,7 +115,10 @@ FM_TEST(flash_fwd_bwd) {
     free(xo), free(xl);
     printf("  shape %d: B=%lld T=%lld NH=%lld NKV=%lld HS=%lld, %s, %s: bits equal under %d schedules\n", si,
            (long long)sh.B, (long long)sh.T, (long long)sh.NH, (long long)sh.NKV, (long long)HS,
-           sh.docs ? "documents" : "one document", sh.fused ? "fused qkv" : "separate q/k/v", NSCHED);
+           sh.docs == 2 ? "documents in order"
+           : sh.docs    ? "documents"
+                        : "one document",
+           sh.fused ? "fused qkv" : "separate q/k/v", NSCHED);
     free(first_o), free(first_l), free(first_g);
     attn_case_free(&c);
   }

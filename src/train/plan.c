@@ -101,8 +101,9 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
   const int64_t sums = add(bad, add(bad, mul(bad, 4, d->L), 2), lay.recompute ? mul(bad, 2, d->L) : 0);
   const int64_t tp1 = lay.tp - 1;
   p->tp_act = mul(bad, mul(bad, mul(bad, tp1 * 4, mul(bad, bT, d->C)), sums), mb_rank);
-  /* Vocab-parallel cross-entropy: the row max, the sum of exponentials and the target's logit, b*T each. */
-  p->tp_xent = mul(bad, mul(bad, tp1 * 4 * 3, bT), mb_rank);
+  /* Vocab-parallel cross-entropy: each rank's row max, sum of exponentials and target logit (3 doubles per
+   * row, b*T rows) all-gathered once and combined in rank order (its input gradient is one of the sums above). */
+  p->tp_xent = mul(bad, mul(bad, tp1 * 8 * 3, bT), mb_rank);
   /* Over dp, per step: the ring reduce-scatter of P blocks of S (int64 exact, f32 fast), the f32 all-gather of
    * S per rank, and in exact mode the max of the per-block scales (a ring all-reduce of nb floats) and the
    * norm's block sums (an all-gather of ceil(S/block) doubles). */
@@ -113,7 +114,10 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
       add(bad, exact ? mul(bad, 2 * (P - 1), ceil_div(nb, P) * 4) : 0, mul(bad, P - 1, ceil_div(S, FM_DIST_BLOCK) * 8));
 }
 
-static int valid_tp(const FmPlan *p, int tp) { return p->world % tp == 0 && p->dims.NKV % tp == 0; }
+/* A tp rank owns whole KV heads (GPT-2: heads) and d_ff/tp of the MLP. */
+static int valid_tp(const FmPlan *p, int tp) {
+  return p->world % tp == 0 && p->dims.NKV % tp == 0 && p->dims.F % tp == 0;
+}
 
 /* The deck's micro-batch count must split evenly over dp. */
 static bool micro_ok(const FmDeck *deck, int64_t b, int dp) {
@@ -255,7 +259,7 @@ static void print_comm(const FmPlan *p, const FmDeck *deck, FILE *out) {
           p->tp == 1 ? "" : "s");
   row(out, "activation sums", p->tp_act,
       c->model.recompute ? "(tp-1) x 4 x b*T*C x (4L+2 + 2L recompute) x M/dp" : "(tp-1) x 4 x b*T*C x (4L+2) x M/dp");
-  row(out, "vocab-parallel xent", p->tp_xent, "(tp-1) x 4 x 3 b*T x M/dp (max, sum-exp, target logit)");
+  row(out, "vocab-parallel xent", p->tp_xent, "(tp-1) x 8 x 3 b*T x M/dp (max, sum-exp, target logit: doubles)");
   fprintf(out, "  over dp (%d rank%s, across nodes)\n", p->dp, p->dp == 1 ? "" : "s");
   row(out, "gradient reduce-scatter", p->dp_grad, exact ? "(dp-1) x S x 8 (int64, exact)" : "(dp-1) x S x 4 (fp32)");
   row(out, c->parallel.zero ? "weight all-gather" : "gradient all-gather", p->dp_gather, "(dp-1) x S x 4 (fp32)");
@@ -279,9 +283,9 @@ static void print_fit(const FmPlan *p, FILE *out) {
   fprintf(out, "fit        %s per rank of a %s device: DOES NOT FIT\n", need, have);
   if (p->fit_tp == 0) {
     fprintf(out,
-            "           no tp dividing %d ranks and %lld KV heads fits, at any micro-batch, with recompute: "
-            "more ranks or a smaller model\n",
-            p->world, (long long)p->dims.NKV);
+            "           no tp dividing %d ranks, %lld KV heads and d_ff %lld fits, at any micro-batch, with "
+            "recompute: more ranks or a smaller model\n",
+            p->world, (long long)p->dims.NKV, (long long)p->dims.F);
     return;
   }
   fprintf(out, "           smallest that fits: tp %d, micro_batch %lld, recompute %s (%s per rank):\n", p->fit_tp,

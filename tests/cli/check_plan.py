@@ -96,7 +96,7 @@ def plan(m, run, tp, b, recompute):
     # plus the embedding's forward and the LM head's input gradient; each sum is an all-gather.
     sums = 4 * m["L"] + 2 + (2 * m["L"] if recompute else 0)
     r["activation sums"] = (tp - 1) * 4 * b * m["T"] * m["C"] * sums * mb_rank
-    r["vocab-parallel xent"] = (tp - 1) * 4 * 3 * b * m["T"] * mb_rank
+    r["vocab-parallel xent"] = (tp - 1) * 8 * 3 * b * m["T"] * mb_rank  # (max, sum-exp, target logit) as doubles
     r["gradient reduce-scatter"] = (dp - 1) * S * (8 if run["exact"] else 4)
     r["weight all-gather" if run["zero"] else "gradient all-gather"] = (dp - 1) * S * 4
     nb = cdiv(n, BLOCK)
@@ -105,10 +105,10 @@ def plan(m, run, tp, b, recompute):
 
 
 def fit_search(m, run, mem):
-    """Smallest tp dividing the ranks and NKV; the largest micro-batch up to
+    """Smallest tp dividing the ranks, NKV and d_ff; the largest micro-batch up to
     the deck's; the deck's recompute first, then recompute on."""
     for tp in range(1, run["world"] + 1):
-        if run["world"] % tp or m["NKV"] % tp:
+        if run["world"] % tp or m["NKV"] % tp or m["F"] % tp:
             continue
         dp = run["world"] // tp
         for rec in ([True] if run["recompute"] else [False, True]):

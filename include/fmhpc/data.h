@@ -220,6 +220,12 @@ struct FmShardReader {
 enum { FM_SHARD_NDSETS = 4 };
 extern const char *const fm__shard_dsets[FM_SHARD_NDSETS]; /* tokens, loss_mask, segment_ids, position_ids */
 void fm__shard_digests(FmShardReader *r, int64_t n_seq, int64_t R, bool has_pos, char hex[FM_SHARD_NDSETS][65]);
+/* The sizes a store states (shard attributes or manifest), before any is
+ * used: 1 <= seq_len <= 2^30, 0 <= n_seq with n_seq * (seq_len + 1) in
+ * int64, 1 <= vocab_size <= 2^31, eos_id and pad_id in [0, vocab_size).
+ * 0, or FM_EFORMAT with the value and the rule on err. */
+int fm__store_check_sizes(const char *path, int64_t seq_len, int64_t n_seq, int64_t vocab_size, int64_t eos_id,
+                          int64_t pad_id, FILE *err);
 /* info: filled from the shard's attributes (h5) or checked against them. */
 int fm__h5_shard_open(FmShardReader **r, const char *path, FmComm *comm, FmStoreInfo *info, int64_t *n_seq,
                       FILE *err);

@@ -139,17 +139,27 @@ static int attr_vlstr(hid_t obj, const char *name, const char *val) {
   H5Tclose(t);
   return rc;
 }
+/* A numeric attribute holds one value of the class read (an array, a string
+ * or a float read as an integer would overrun v or be converted silently). */
+static int attr_is_scalar(hid_t a, int float_ok) {
+  hid_t sp = H5Aget_space(a), t = H5Aget_type(a);
+  H5T_class_t c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+  int ok = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1 && (c == H5T_INTEGER || (float_ok && c == H5T_FLOAT));
+  if (sp >= 0) H5Sclose(sp);
+  if (t >= 0) H5Tclose(t);
+  return ok;
+}
 static int attr_read_i64(hid_t obj, const char *name, int64_t *v) {
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return FM_ECKPT;
-  int rc = H5Aread(a, H5T_NATIVE_INT64, v) < 0 ? FM_ECKPT : 0;
+  int rc = !attr_is_scalar(a, 0) || H5Aread(a, H5T_NATIVE_INT64, v) < 0 ? FM_ECKPT : 0;
   H5Aclose(a);
   return rc;
 }
 static int attr_read_f64(hid_t obj, const char *name, double *v) {
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return FM_ECKPT;
-  int rc = H5Aread(a, H5T_NATIVE_DOUBLE, v) < 0 ? FM_ECKPT : 0;
+  int rc = !attr_is_scalar(a, 1) || H5Aread(a, H5T_NATIVE_DOUBLE, v) < 0 ? FM_ECKPT : 0;
   H5Aclose(a);
   return rc;
 }
@@ -157,10 +167,22 @@ static int attr_read_f64(hid_t obj, const char *name, double *v) {
 static int attr_read_str(hid_t obj, const char *name, char *buf, size_t n) {
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return FM_ECKPT;
-  hid_t ft = H5Aget_type(a);
+  hid_t ft = H5Aget_type(a), sp = H5Aget_space(a);
   size_t sz = ft >= 0 ? H5Tget_size(ft) : 0;
   int rc = FM_ECKPT;
-  if (sz > 0 && H5Tget_class(ft) == H5T_STRING) {
+  if (sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) sz = 0; /* an array of strings would overrun tmp */
+  if (sp >= 0) H5Sclose(sp);
+  if (sz > 0 && H5Tget_class(ft) == H5T_STRING && H5Tis_variable_str(ft) > 0) {
+    /* variable-length (h5py's default for str): HDF5 allocates the string */
+    char *v = NULL;
+    hid_t mt = H5Tcopy(ft);
+    if (mt >= 0 && H5Aread(a, mt, &v) >= 0 && v) {
+      snprintf(buf, n, "%s", v);
+      rc = 0;
+    }
+    if (v) H5free_memory(v);
+    if (mt >= 0) H5Tclose(mt);
+  } else if (sz > 0 && H5Tget_class(ft) == H5T_STRING) {
     char *tmp = fm_xcalloc(sz + 1, 1);
     hid_t mt = H5Tcopy(ft);
     if (mt >= 0 && H5Aread(a, mt, tmp) >= 0) {
@@ -181,10 +203,12 @@ static char *attr_read_vlstr(hid_t obj, const char *name) {
   if (H5Aexists(obj, name) <= 0) return NULL;
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return NULL;
-  hid_t ft = H5Aget_type(a), t = H5Tcopy(H5T_C_S1);
+  hid_t ft = H5Aget_type(a), t = H5Tcopy(H5T_C_S1), sp = H5Aget_space(a);
   char *v = NULL, *out = NULL;
-  if (ft >= 0 && t >= 0 && H5Tis_variable_str(ft) > 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 && H5Aread(a, t, &v) >= 0 &&
-      v) {
+  int one = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1; /* an array would overrun v */
+  if (sp >= 0) H5Sclose(sp);
+  if (one && ft >= 0 && t >= 0 && H5Tis_variable_str(ft) > 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 &&
+      H5Aread(a, t, &v) >= 0 && v) {
     out = fm_xstrdup(v);
     H5free_memory(v);
   }

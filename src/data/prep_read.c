@@ -128,7 +128,7 @@ static int encode(Prep *p, const char *text, size_t n, bool special, uint8_t m) 
     p->maskcap = p->idcap;
     p->mask = fm_xrealloc(p->mask, (size_t)p->maskcap);
   }
-  memset(p->mask + before, m, (size_t)(p->nids - before));
+  if (p->nids > before) memset(p->mask + before, m, (size_t)(p->nids - before)); /* mask is NULL before the first id */
   return 0;
 }
 

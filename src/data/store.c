@@ -54,6 +54,24 @@ static int ends_with(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
+int fm__store_check_sizes(const char *path, int64_t seq_len, int64_t n_seq, int64_t vocab_size, int64_t eos_id,
+                          int64_t pad_id, FILE *err) {
+  const char *bad = NULL;
+  int64_t v = 0;
+  if (seq_len < 1 || seq_len > (INT64_C(1) << 30)) bad = "seq_len", v = seq_len;
+  else if (n_seq < 0 || n_seq > INT64_MAX / (seq_len + 1)) bad = "n_seq", v = n_seq;
+  else if (vocab_size < 1 || vocab_size > (INT64_C(1) << 31)) bad = "vocab_size", v = vocab_size;
+  else if (eos_id < 0 || eos_id >= vocab_size) bad = "eos_id", v = eos_id;
+  else if (pad_id < 0 || pad_id >= vocab_size) bad = "pad_id", v = pad_id;
+  if (!bad) return 0;
+  if (err)
+    fprintf(err,
+            "%s: %s = %lld is out of range (seq_len in [1, 2^30], n_seq >= 0, vocab_size in [1, 2^31], eos_id and "
+            "pad_id in [0, vocab_size)): the store is damaged or not from fmhpc prep\nhint: run task='prep' again\n",
+            path, bad, (long long)v);
+  return FM_EFORMAT;
+}
+
 static int json_i64(const FmJson *o, const char *key, int64_t *v) {
   const FmJson *j = fm_json_get(o, key);
   if (!j || j->type != FM_JSON_NUM || !j->is_int) return FM_EFORMAT;
@@ -174,6 +192,10 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     fm_json_free(&doc);
     return FM_EFORMAT;
   }
+  if (fm__store_check_sizes(path, in->seq_len, in->n_seq, in->vocab_size, eos, pad, err)) {
+    fm_json_free(&doc);
+    return FM_EFORMAT;
+  }
   if (strcmp(format, "auto") != 0 && strcmp(format, kind) != 0) {
     if (err) fprintf(err, "%s: the manifest describes '%s' shards but &data format = '%s'\nhint: use format='auto'\n",
                      path, kind, format);
@@ -197,8 +219,10 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     char file[1024] = "";
     int64_t first = 0, n = 0;
     if (json_str(sh, "file", file, sizeof file) || json_i64(sh, "first_seq", &first) || json_i64(sh, "n_seq", &n) ||
-        first != total) {
-      if (err) fprintf(err, "%s: shards[%d]: needs file, first_seq = %lld and n_seq\n", path, s, (long long)total);
+        first != total || n < 0 || n > in->n_seq - total) {
+      if (err)
+        fprintf(err, "%s: shards[%d]: needs file, first_seq = %lld and n_seq in [0, %lld]\n", path, s, (long long)total,
+                (long long)(in->n_seq - total));
       rc = FM_EFORMAT;
       break;
     }

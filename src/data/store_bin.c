@@ -133,6 +133,11 @@ int fm__bin_shard_open(FmShardReader **out, const char *stem, const FmStoreInfo 
   size_t plen = strlen(stem) + 64;
   char *path = fm_xmalloc(plen);
   int rc = 0;
+  if (n_seq < 0 || r->R < 1 || n_seq > INT64_MAX / 8 / r->R) { /* the byte sizes below must not wrap */
+    if (err) fprintf(err, "%s: %lld rows of %lld ids are more than a file can hold\n", stem, (long long)n_seq,
+                     (long long)r->R);
+    rc = FM_EFORMAT;
+  }
   for (int a = 0; a < (info->has_position_ids ? 4 : 3) && !rc; a++) {
     snprintf(path, plen, "%s.%s.bin", stem, arrays[a].suffix);
     size_t want = (size_t)(n_seq * r->R) * arrays[a].elem;

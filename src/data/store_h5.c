@@ -230,7 +230,13 @@ static int read_attr_i64(hid_t f, const char *name, int64_t *v) {
   if (H5Aexists(f, name) <= 0) return FM_EFORMAT;
   hid_t a = H5Aopen(f, name, H5P_DEFAULT);
   FM_CHECK_H5(a);
-  herr_t e = H5Aread(a, H5T_NATIVE_INT64, v);
+  /* one integer: an array would overrun v, a float or a string is not a size */
+  hid_t sp = H5Aget_space(a), t = H5Aget_type(a);
+  herr_t e = sp >= 0 && t >= 0 && H5Sget_simple_extent_npoints(sp) == 1 && H5Tget_class(t) == H5T_INTEGER
+                 ? H5Aread(a, H5T_NATIVE_INT64, v)
+                 : -1;
+  if (sp >= 0) H5Sclose(sp);
+  if (t >= 0) H5Tclose(t);
   H5Aclose(a);
   return e < 0 ? FM_EFORMAT : 0;
 }
@@ -239,13 +245,27 @@ static int read_attr_str(hid_t f, const char *name, char *buf, size_t cap) {
   if (H5Aexists(f, name) <= 0) return FM_EFORMAT;
   hid_t a = H5Aopen(f, name, H5P_DEFAULT);
   FM_CHECK_H5(a);
-  hid_t t = H5Aget_type(a);
-  size_t sz = H5Tget_size(t);
-  char *tmp = fm_xcalloc(sz + 1, 1);
-  herr_t e = H5Aread(a, t, tmp);
-  snprintf(buf, cap, "%s", tmp);
-  free(tmp);
-  H5Tclose(t);
+  hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+  herr_t e = -1;
+  int one = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1; /* an array of strings would overrun */
+  if (sp >= 0) H5Sclose(sp);
+  if (!one) {
+    /* e stays -1 */
+  } else if (t >= 0 && H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) > 0) {
+    /* variable-length (h5py's default for str): HDF5 allocates the string */
+    char *v = NULL;
+    e = H5Aread(a, t, &v);
+    if (e >= 0 && !v) e = -1;
+    if (e >= 0) snprintf(buf, cap, "%s", v);
+    if (v) H5free_memory(v);
+  } else if (t >= 0 && H5Tget_class(t) == H5T_STRING) { /* fixed length: a number is not a string */
+    size_t sz = H5Tget_size(t);
+    char *tmp = fm_xcalloc(sz + 1, 1);
+    e = H5Aread(a, t, tmp);
+    snprintf(buf, cap, "%s", tmp);
+    free(tmp);
+  }
+  if (t >= 0) H5Tclose(t);
   H5Aclose(a);
   return e < 0 ? FM_EFORMAT : 0;
 }
@@ -289,6 +309,10 @@ int fm__h5_shard_open(FmShardReader **out, const char *path, FmComm *comm, FmSto
     if (err)
       fprintf(err, "%s: not an fmhpc packed shard (attributes format='fmhpc-packed', seq_len, vocab_size, "
                    "eos_id, pad_id, packing, position_ids, tokenizer_hash expected)\n", path);
+    rc = FM_EFORMAT;
+    goto done;
+  }
+  if (fm__store_check_sizes(path, seq_len, 0, vocab, eos, pad, err)) {
     rc = FM_EFORMAT;
     goto done;
   }

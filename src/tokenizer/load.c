@@ -75,6 +75,18 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
   return rc;
 }
 
+/* Ids index dense tables: an id far beyond the number of tokens a file
+ * defines (a typo, or a damaged file) would allocate gigabytes. Holes are
+ * allowed (tiktoken's specials sit past gaps), up to this many. */
+enum { ID_SLACK = 1024 };
+static int id_too_big(int64_t id, int64_t entries, FILE *err, const char *file, const char *where, const char *what) {
+  if (id < entries + ID_SLACK) return 0;
+  fm_say(err, "a vocabulary's ids are dense: 0 .. (number of tokens - 1), with few holes",
+      "%s: %s: %s %lld is beyond the %lld tokens the file defines (at most %lld here)", file, where, what,
+      (long long)id, (long long)entries, (long long)(entries + ID_SLACK - 1));
+  return 1;
+}
+
 static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
   char *text;
   size_t len;
@@ -94,7 +106,8 @@ static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
 
 /* vocab: {"ByteLevel token": id, ...}. added: content of added tokens, whose
  * vocab entries (if any) are kept as raw text. */
-static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const char *where, FILE *err) {
+static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const char *where, int64_t entries,
+                      FILE *err) {
   char sb[80];
   if (!v || v->type != FM_JSON_OBJ) {
     fm_say(err, NULL, "%s: %s must be an object of token -> id", file, where);
@@ -109,6 +122,10 @@ static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const c
     const FmJson *id = &v->items[i];
     if (id->type != FM_JSON_NUM || !id->is_int || id->i < 0 || id->i >= INT32_MAX) {
       fm_say(err, NULL, "%s: %s[\"%s\"]: the id must be an integer in [0, 2^31-1)", file, where, shown(k, kn, sb, sizeof sb));
+      rc = FM_EFORMAT;
+      break;
+    }
+    if (id_too_big(id->i, entries, err, file, where, "id")) {
       rc = FM_EFORMAT;
       break;
     }
@@ -144,7 +161,7 @@ static int load_gpt2_dir(FmTokenizer **out, const char *dir, FILE *err) {
   int rc = parse_json_file(enc, &doc, err);
   if (rc) return rc;
   FmTokenizer *t = fm__tok_new(FM__TOK_MERGES);
-  rc = load_vocab(t, &doc.root, enc, "encoder.json", err);
+  rc = load_vocab(t, &doc.root, enc, "encoder.json", doc.root.type == FM_JSON_OBJ ? doc.root.n : 0, err);
   fm_json_free(&doc);
   if (!rc) rc = load_merges_file(t, bpe, err);
   if (!rc) {
@@ -229,6 +246,10 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
         path, base);
     return FM_EFORMAT;
   }
+  int64_t entries = 0;
+  char where[32];
+  for (size_t i = 0; i < len; i++) entries += text[i] == '\n';
+  entries += len > 0 && text[len - 1] != '\n';
   FmTokenizer *t = fm__tok_new(FM__TOK_RANKS);
   t->ignore_merges = true; /* tiktoken: a piece in the encoder is one token */
   char *buf = fm_xmalloc(len + 1);
@@ -247,6 +268,9 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
         fm_say(err, "each line of a tiktoken file is: base64 token, one space, decimal rank", "%s line %lld: malformed",
             path, (long long)line);
         rc = FM_EFORMAT;
+      } else if (rank >= entries + ID_SLACK) {
+        snprintf(where, sizeof where, "line %lld", (long long)line);
+        rc = id_too_big(rank, entries, err, path, where, "rank") ? FM_EFORMAT : 0;
       } else if (fm__tok_set(t, (int32_t)rank, buf, (size_t)nb, FM__TOK_MODEL, &other)) {
         fm_say(err, NULL, "%s line %lld: rank %lld %s", path, (long long)line, rank,
             other == (int32_t)rank ? "appears twice" : "repeats a token of another rank");
@@ -372,7 +396,7 @@ static int check_model(const FmJson *m, const char *file, FILE *err) {
   return 0;
 }
 
-static int load_added(FmTokenizer *t, const FmJson *a, const char *file, FILE *err) {
+static int load_added(FmTokenizer *t, const FmJson *a, const char *file, int64_t entries, FILE *err) {
   if (is_null(a)) return 0;
   if (a->type != FM_JSON_ARR) return unsupported(err, file, "added_tokens", NULL, "must be an array");
   for (int64_t i = 0; i < a->n; i++) {
@@ -381,6 +405,7 @@ static int load_added(FmTokenizer *t, const FmJson *a, const char *file, FILE *e
     snprintf(w, sizeof w, "added_tokens[%lld]", (long long)i);
     if (!id || !id->is_int || id->i < 0 || id->i >= INT32_MAX || !c || c->type != FM_JSON_STR || c->len == 0)
       return unsupported(err, file, w, NULL, "needs an integer id and a non-empty content string");
+    if (id_too_big(id->i, entries, err, file, w, "id")) return FM_EFORMAT;
     const char *flags[] = {"lstrip", "rstrip", "single_word"};
     for (int k = 0; k < 3; k++)
       if (bool_or(fm_json_get(e, flags[k]), false)) {
@@ -461,8 +486,10 @@ static int load_tokenizer_json(FmTokenizer **out, const char *path, FILE *err) {
         !is_str(ty, "BertProcessing") && !is_str(ty, "Sequence"))
       rc = unsupported(err, path, "post_processor", ty, "not supported");
   }
-  if (!rc) rc = load_added(t, fm_json_get(root, "added_tokens"), path, err);
-  if (!rc) rc = load_vocab(t, fm_json_get(m, "vocab"), path, "model.vocab", err);
+  const FmJson *added = rc ? NULL : fm_json_get(root, "added_tokens"), *vocab = rc ? NULL : fm_json_get(m, "vocab");
+  int64_t entries = (added && added->type == FM_JSON_ARR ? added->n : 0) + (vocab && vocab->type == FM_JSON_OBJ ? vocab->n : 0);
+  if (!rc) rc = load_added(t, added, path, entries, err);
+  if (!rc) rc = load_vocab(t, vocab, path, "model.vocab", entries, err);
   if (!rc) {
     t->ignore_merges = bool_or(fm_json_get(m, "ignore_merges"), false);
     rc = load_merges_json(t, fm_json_get(m, "merges"), path, err);

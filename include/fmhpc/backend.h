@@ -125,12 +125,10 @@ void *fm_cuda_alloc_for(int64_t bytes, const char *label, int64_t plan_bytes);
  * so after the first training step every plan of the run exists): copies at
  * most max into out (may be NULL) and returns how many there are. */
 int fm_cuda_gemm_plans(FmGemmPlanInfo *out, int max);
-/* The same as text, one line per plan ("gemm I: bf16 TN m=.. n=.. k=.. lda=..
- * ldb=.. ldc=.. algo=.. tile=.. stages=.. splitk=.. reduction=.. swizzle=..
- * custom=.. workspace=USED/FIXED\n"), for the run log and a checkpoint
- * attribute: whole lines into buf (cap bytes, NUL-terminated; buf may be
- * NULL); returns the length the full text needs (without the NUL). */
-int64_t fm_cuda_gemm_plans_text(char *buf, int64_t cap);
+/* The same as text: fm_cuda_gemm_plans_text, the gemm_plans_text op
+ * (declared below from ops.def), one line per plan: "gemm I: bf16 TN m=..
+ * n=.. k=.. lda=.. ldb=.. ldc=.. algo=.. tile=.. stages=.. splitk=..
+ * reduction=.. swizzle=.. custom=.. workspace=USED/FIXED". */
 /* fm_cuda_<op> for every op ops.def marks `cuda`. */
 #define FM__OP_CUDA_DECL_cuda(name, ret, params) ret fm_cuda_##name params;
 #define FM__OP_CUDA_DECL_nocuda(name, ret, params)

@@ -478,6 +478,18 @@ static void log_step(const Run *r, const FmStepRecord *s, double elapsed) {
           s->skipped ? " | SKIPPED" : "");
 }
 
+/* The GEMM plans the backend pinned during the first step (CUDA: one
+ * cuBLASLt algorithm per precision and shape, kept for the run), once. */
+static void log_gemm_plans(const Run *r) {
+  const int64_t need = r->be->gemm_plans_text ? r->be->gemm_plans_text(NULL, 0) : 0;
+  if (need <= 0) return;
+  char *text = fm_xmalloc((size_t)need + 1);
+  r->be->gemm_plans_text(text, need + 1);
+  if (need > 0 && text[need - 1] == '\n') text[need - 1] = '\0';
+  fm_log0("gemm plans (pinned at the first GEMM of each shape, used every step):\n%s", text);
+  free(text);
+}
+
 /* &log act_stats: the residual stream's variance after each block, from the
  * last micro-batch's forward of this step (growth with depth is what the
  * residual-scaled init is meant to tame). */
@@ -685,6 +697,7 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
     if (c->log.act_stats == rec.step) log_act_stats(&r, rec.step);
     if (rec.step == 1 || rec.step % c->log.every == 0 || rec.step == c->train.steps)
       log_step(&r, &rec, (fm_now_s() - t0) * (double)rec.step / (double)(rec.step - start));
+    if (step == start) log_gemm_plans(&r);
     if (r.valid && c->eval.every > 0 && rec.step % c->eval.every == 0 && rec.step != c->train.steps) {
       int64_t nt;
       double v = fm_eval_loss(r.model, r.valid, &r.mb[0], c->eval.batches, dp, &nt);

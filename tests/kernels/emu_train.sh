@@ -120,6 +120,9 @@ run rnd 1 "$EMU" random:12345 "train%backend='cuda'"
 run np2 2 "$EMU" forward "train%backend='cuda'"
 grep -q "^backend: cuda (emulated) (as the deck asks)" "$D/fwd.log" || fail "fwd: no 'backend: cuda (emulated)' line"
 grep -q "^backend: cpu (as the deck asks)" "$D/cpu.log" || fail "cpu: no 'backend: cpu' line"
+if [ "$case_" = llama_bf16 ]; then # the pinned GEMM plans are logged after step 1, in bf16
+  grep -q "^gemm 0: bf16 " "$D/fwd.log" || fail "fwd: no 'gemm 0: bf16' plan line in the log"
+fi
 runs=(fwd rnd np2)
 if [ "$case_" = llama ]; then # checkpoint on the device path, resume at another rank count
   rc=0 # a preemption signal after step 2: checkpoint, exit 3 (requeue)

@@ -20,6 +20,12 @@ static int fm__bf16 = 0;
 void fm_cpu_set_compute_bf16(int on) { fm__bf16 = on != 0; }
 int fm__cpu_bf16_on(void) { return fm__bf16; }
 
+/* The CPU's GEMMs have no plans to pin (fm_cpu_blas_info describes them). */
+int64_t fm_cpu_gemm_plans_text(char *buf, int64_t cap) {
+  if (buf && cap > 0) buf[0] = '\0';
+  return 0;
+}
+
 /* Grow-once buffers: sized by the largest GEMM operand the step asks for, so
  * the first step allocates and later steps do not (STYLE rule 8). Ops run
  * from one thread per rank; the buffers are not shared across threads. */

@@ -774,8 +774,9 @@ static const char *const tested[] = {
     "rope_bwd",
     "embedding_fwd",
     "embedding_bwd",
-    /* test_emu_gemm.c: gemm_layouts_both_precisions, matmul_bf16_vs_cpu_bf16 */
+    /* test_emu_gemm.c: gemm_layouts_both_precisions, matmul_bf16_vs_cpu_bf16, gemm_plans_pinned_per_shape */
     "set_compute_bf16",
+    "gemm_plans_text",
     /* quant_add_vs_reduce_add */
     "quant_add",
 };

@@ -97,6 +97,10 @@ typedef struct FmCkptState {
    * resume='auto' consider only checkpoints of one run id. */
   char run_id[FM_CKPT_RUN_ID_LEN];
   char *deck_read;       /* read: the stored deck (malloc'd, the caller frees; NULL when the file has none) */
+  /* read: the file's /reduce/amax_prev has another block count than the
+   * table's (written at another tensor-parallel layout: the scales are cut
+   * per tp shard): it is not loaded and the table's scales are kept. */
+  int scales_skipped;
 } FmCkptState;
 
 /* Write DIR/step_<step>.h5 with the commit protocol and retention (keep the

@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "fmhpc/model.h"
 #include "fmhpc/optim.h"
 #include "fmhpc/runtime.h"
 #include "fmhpc/tensor.h"
@@ -183,5 +184,34 @@ const FmDistEntry *fm_dist_state_find(const FmDistState *t, const char *name);
  * reduction's block maxima) and "spike/losses" when the spike window is on. */
 void fm_dist_state_of_run(FmDistState *t, const FmTensorTable *params, float *w, const FmReduce *red, FmOptim *opt,
                           float *const *state, FmSpike *spike);
+
+/* ---- checkpoints under tensor parallelism (tp_state.c) -------------------- */
+/* The canonical twin of a run's local table (fm_dist_state_of_run): its
+ * `s` is what fm_ckpt_write and fm_ckpt_read take (the canonical parameter
+ * table, the canonical ZeRO-1 shard of this dp rank, one canonical array per
+ * flat entry; /reduce/amax_prev as every tp rank's block scales in rank
+ * order followed by tp). Whole entries other than the scales are shared. */
+typedef struct FmDistCanon {
+  FmDistState s;
+  float *buf[FM_DIST_MAX_STATE]; /* (cn) canonical arrays of the flat entries, by local entry index */
+  float *amax;                   /* (n_amax) */
+  float *tmp;                    /* (local_numel) */
+  float *stage;                  /* ((dp + 1) * smax) */
+  int64_t *nb_all;               /* (tp) each tp rank's block count */
+  int64_t cn, n, local_numel, smax, nb_max, nb_before, n_amax;
+} FmDistCanon;
+
+/* Collective over tp (block counts). */
+void fm_dist_canon_init(FmDistCanon *c, const FmDistState *loc, FmModel *m, const FmReduce *red, FmComm *dp,
+                        FmComm *tp);
+void fm_dist_canon_free(FmDistCanon *c);
+/* Before a write: the canonical arrays from every rank's shards (collective
+ * over dp and tp; every rank ends with them whole). */
+void fm_dist_canon_gather(FmDistCanon *c, const FmDistState *loc, FmModel *m, FmReduce *red, FmComm *tp);
+/* After a read of c->s on every dp group: this rank's shards into loc's
+ * arrays (collective over dp). scales_read: the file's scales were loaded
+ * (not FmCkptState.scales_skipped). Returns 1 when the block scales were
+ * restored (same tp), 0 when loc's are kept (another tp). */
+int fm_dist_canon_scatter(FmDistCanon *c, FmDistState *loc, FmModel *m, FmComm *dp, FmComm *tp, int scales_read);
 
 #endif

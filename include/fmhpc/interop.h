@@ -163,6 +163,7 @@ typedef struct FmModelLoadOpts {
                           leaves the weights zero for a later fm_model_import */
   int64_t context;     /* generation: activations (the key/value cache) for this many positions, <= seq_len
                           (fm_model_create_ctx); 0: seq_len */
+  FmComm *tp;          /* tensor-parallel group (fm_model_create_tp), or NULL: none */
 } FmModelLoadOpts;
 
 typedef struct FmLoadedModel {

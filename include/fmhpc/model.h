@@ -105,6 +105,44 @@ int fm_model_create(FmModel **m, const FmModelKind *k, const FmModelDims *d, con
  * [1, d->T]. */
 int fm_model_create_ctx(FmModel **m, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
                         int64_t T_ctx, FILE *err);
+/* Tensor parallelism (Megatron-LM layout): as fm_model_create, on rank
+ * tp->rank of the group tp (NULL or one rank: fm_model_create exactly). The
+ * rank holds the shards of the tp-local dims (fm_model_tp_dims): whole KV
+ * heads and their query heads (column-parallel q/k/v, GPT-2's fused qkv cut
+ * per part), d_ff/tp of the MLP's column-parallel in-projections, the
+ * matching input columns of the row-parallel out-projections (their bias
+ * replicated and added once, after the sum), its vocab rows of the
+ * embedding and LM head (vocab-parallel cross-entropy: no rank makes the
+ * logits of another's rows), the norms replicated. The activation sums over
+ * tp (after each row-parallel layer, and before each norm's backward, where
+ * the column-parallel layers' input gradients meet) are fm_comm_sum_ordered:
+ * rank order, the same bits for a fixed tp. Host memory only for tp > 1
+ * (FM_EINVAL on another backend); d's T is the model's (no generation
+ * context). fm_model_params is then the local table; fm_model_canon_params
+ * the canonical one. */
+int fm_model_create_tp(FmModel **m, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                       bool recompute, FmComm *tp, FILE *err);
+/* Rank r of P's dims: NH/P, NKV/P, F/P heads and widths, V its vocab rows
+ * (floor(r*V/P) from *v0 on). FM_EINVAL with a message on err when P does
+ * not divide n_kv_head (GPT-2: n_head) or d_ff. */
+int fm_model_tp_dims(FmModelDims *local, int64_t *v0, const FmModelDims *d, int P, int r, FILE *err);
+/* &parallel tp against the model (deck error naming the valid values, the
+ * divisors of gcd(n_kv_head, d_ff), when it does not divide them). */
+int fm_model_check_tp(const FmModelDims *d, int64_t tp, const FmDeck *deck, FILE *err);
+/* tp group size (1 without tensor parallelism) and the canonical tables. */
+int fm_model_tp_size(const FmModel *m);
+const FmTensorTable *fm_model_canon_params(const FmModel *m);
+/* Collective over tp: every rank's local vector `local` (laid out by its
+ * fm_model_params; the parameter or gradient arena, or optimizer state) all
+ * gathered and placed into canon (fm_model_canon_params' numel floats, host)
+ * on every rank. At tp = 1 a copy. */
+void fm_model_tp_gather(FmModel *m, const float *local, float *canon);
+/* The reverse, local only: this rank's shards of the canonical vector canon
+ * into local (laid out by fm_model_params). */
+void fm_model_tp_scatter(const FmModel *m, const float *canon, float *local);
+/* For a gradient norm over tp: 1 when tensor i of fm_model_params is
+ * replicated over tp (counted once, by tp rank 0), else 0. */
+int fm_model_tp_replicated(const FmModel *m, int i);
 void fm_model_free(FmModel *m);
 
 /* Initialise every weight (DESIGN section 6: a pure function of the seed and

@@ -206,7 +206,7 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
     return FM_EDECK;
   }
   fm_log0("backend: %s (%s)", be->name, why);
-  const FmModelLoadOpts lo = {be, c->train.micro_batch, false, c->eval.model, false, 0};
+  const FmModelLoadOpts lo = {be, c->train.micro_batch, false, c->eval.model, false, 0, NULL};
   FmLoadedModel lm;
   int rc = fm_model_load(&lm, deck, &lo, world, err);
   const FmModelDims dims = lm.dims;

@@ -417,7 +417,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
                                             &st_be);
     if (be) fm_log0("backend: %s (%s)", be->name, why);
     else fm_deck_error(deck, err, FM_KEY_train_backend, "generate cannot use this backend: %s", why);
-    const FmModelLoadOpts lo = {be, g.B, false, model_dir, false, ctx};
+    const FmModelLoadOpts lo = {be, g.B, false, model_dir, false, ctx, NULL};
     FmLoadedModel lm = {0};
     if (be) rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
     else rc = FM_EDECK;

@@ -400,7 +400,7 @@ static int run(const FmDeck *deck, FmComm *world, FmModel *m, const FmModelDims 
 int fm_ifd_task(const FmDeck *deck, FmComm *world, FILE *log) {
   FILE *err = world->rank == 0 ? stderr : NULL;
   /* The weights come later, one directory at a time (run: &ifd model, model_b). */
-  const FmModelLoadOpts lo = {NULL, 1, false, NULL, false, 0};
+  const FmModelLoadOpts lo = {NULL, 1, false, NULL, false, 0, NULL};
   FmLoadedModel lm;
   int rc = fm_model_load(&lm, deck, &lo, NULL, err);
   const FmModelDims d = lm.dims;

@@ -58,8 +58,15 @@ int fm_model_load(FmLoadedModel *out, const FmDeck *deck, const FmModelLoadOpts 
   int rc = fm_model_dims(&out->dims, &out->kind, deck, err);
   if (rc) return rc;
   const FmBackend *be = o->be ? o->be : fm_backend_cpu();
-  rc = o->context > 0 ? fm_model_create_ctx(&out->model, out->kind, &out->dims, be, o->micro_batch, o->context, err)
-                      : fm_model_create(&out->model, out->kind, &out->dims, be, o->micro_batch, o->recompute, err);
+  if (o->tp && o->tp->size > 1 && (o->context > 0 || (o->hf_dir && o->hf_dir[0]))) {
+    if (err)
+      fprintf(err, "fmhpc: &parallel tp = %d: %s is not sharded over tensor-parallel ranks yet\nhint: use tp = 1\n",
+              o->tp->size, o->context > 0 ? "generation" : "loading weights (&model init_from)");
+    return FM_EINVAL;
+  }
+  rc = o->context > 0
+           ? fm_model_create_ctx(&out->model, out->kind, &out->dims, be, o->micro_batch, o->context, err)
+           : fm_model_create_tp(&out->model, out->kind, &out->dims, be, o->micro_batch, o->recompute, o->tp, err);
   if (rc) return rc;
   fm_model_set_compute_bf16(out->model, c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16);
   if (o->hf_dir && o->hf_dir[0]) return fm_model_import(out->model, o->hf_dir, comm, err);

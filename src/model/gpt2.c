@@ -17,9 +17,9 @@
   X(WPE, "wpe", 1, FM_TF_EMBED, FM_TP_NONE, 0, T, C)                   /* (T, C) */        \
   X(LN1_W, "h.ln1.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 1, C, 0) /* (L, C) */        \
   X(LN1_B, "h.ln1.b", 1, FM_TF_BIAS | FM_TF_ZEROS, FM_TP_NONE, 1, C, 0)                    \
-  X(WQKV, "h.attn.wqkv", 1, FM_TF_MATRIX, FM_TP_COL, 1, 3 * C, C) /* (L, 3C, C) */         \
-  X(BQKV, "h.attn.bqkv", 1, FM_TF_BIAS | FM_TF_ZEROS, FM_TP_COL, 1, 3 * C, 0)              \
-  X(WO, "h.attn.wo", 1, FM_TF_MATRIX | FM_TF_RESIDUAL, FM_TP_ROW, 1, C, C) /* (L, C, C) */ \
+  X(WQKV, "h.attn.wqkv", 1, FM_TF_MATRIX, FM_TP_COL3, 1, 3 * Q, C) /* (L, 3C, C); Q = C */ \
+  X(BQKV, "h.attn.bqkv", 1, FM_TF_BIAS | FM_TF_ZEROS, FM_TP_COL3, 1, 3 * Q, 0)             \
+  X(WO, "h.attn.wo", 1, FM_TF_MATRIX | FM_TF_RESIDUAL, FM_TP_ROW, 1, C, Q) /* (L, C, C) */ \
   X(BO, "h.attn.bo", 1, FM_TF_BIAS | FM_TF_ZEROS, FM_TP_NONE, 1, C, 0)                     \
   X(LN2_W, "h.ln2.w", 1, FM_TF_NORM | FM_TF_ONES, FM_TP_NONE, 1, C, 0)                     \
   X(LN2_B, "h.ln2.b", 1, FM_TF_BIAS | FM_TF_ZEROS, FM_TP_NONE, 1, C, 0)                    \
@@ -32,7 +32,7 @@
   X(LM_HEAD, "lm_head", !tied, FM_TF_MATRIX, FM_TP_VOCAB, 0, V, C) /* (V, C), untied only */
 
 static void gpt2_params(FmTensorTable *tab, const FmModelDims *d) {
-  const int64_t C = d->C, T = d->T, V = d->V, F = d->F;
+  const int64_t C = d->C, T = d->T, V = d->V, F = d->F, Q = d->NH * d->HS; /* Q < C on a tp rank */
   const bool tied = d->tied;
 #define X(id, name, present, flags, tp, per_layer, d0, d1) \
   if (present) fm__model_add_param(tab, name, flags, tp, per_layer, d->L, d0, d1);
@@ -82,7 +82,7 @@ static double gpt2_train_flops(const FmModelDims *d) {
   X(ln1, FM_ACT_LAYER, BT * C)           /* (B, T, C) */                                      \
   X(ln1_mean, FM_ACT_LAYER, BT)          /* (B, T) */                                         \
   X(ln1_rstd, FM_ACT_LAYER, BT)          /* (B, T) */                                         \
-  X(qkv, FM_ACT_LAYER, BT * 3 * Q)       /* (B, T, 3C): q, k, v of NH heads of HS */          \
+  X(qkv, FM_ACT_LAYER, BT * 3 * Q)       /* (B, T, 3Q): q, k, v of NH heads of HS (Q = C) */  \
   X(atty, FM_ACT_LAYER, BT * Q)          /* (B, T, NH*HS) attention output */                 \
   X(lse, FM_ACT_LAYER, B * NH * T)       /* (B, NH, T) softmax log-sum-exp */                 \
   X(res_att, FM_ACT_LAYER, BT * C)       /* (B, T, C) residual after attention */             \
@@ -98,7 +98,7 @@ static double gpt2_train_flops(const FmModelDims *d) {
   X(dres, FM_ACT_GRAD, BT * C)           /* (B, T, C) gradient of the residual stream */      \
   X(dln, FM_ACT_GRAD, BT * C)            /* (B, T, C) gradient of a norm's output */          \
   X(datty, FM_ACT_GRAD, BT * Q)          /* (B, T, NH*HS) */                                  \
-  X(dqkv, FM_ACT_GRAD, BT * 3 * Q)       /* (B, T, 3C) */                                     \
+  X(dqkv, FM_ACT_GRAD, BT * 3 * Q)       /* (B, T, 3Q) */                                     \
   X(dfch, FM_ACT_GRAD, BT * F)           /* (B, T, F) */
 /* clang-format on */
 
@@ -144,22 +144,22 @@ static Gpt2Acts gpt2_block_acts(const FmModel *m, int64_t l) {
 static void gpt2_block_fwd(FmModel *m, int64_t l) {
   const FmBackend *be = m->be;
   const FmModelDims *d = &m->d;
-  const int64_t B = m->B, T = d->T, N = B * T, C = d->C, F = d->F, NH = d->NH, HS = d->HS;
+  const int64_t B = m->B, T = d->T, N = B * T, C = d->C, F = d->F, NH = d->NH, HS = d->HS, Q = NH * HS;
   const float eps = (float)d->norm_eps;
   const int32_t *seg = m->seg_on ? m->seg : NULL;
   const Gpt2Block w = gpt2_block(m, m->param, l);
   const Gpt2Acts a = gpt2_block_acts(m, l);
   be->layernorm_fwd(a.ln1, a.ln1_mean, a.ln1_rstd, a.in, w.LN1_W, w.LN1_B, N, C, eps);
-  be->matmul_fwd(a.qkv, a.ln1, w.WQKV, w.BQKV, N, C, 3 * C);
-  fm__round_act(m, a.qkv, N * 3 * C);
+  be->matmul_fwd(a.qkv, a.ln1, w.WQKV, w.BQKV, N, C, 3 * Q);
+  fm__round_act(m, a.qkv, N * 3 * Q);
   if (m->parent) { /* generation: one new row per sequence against the cache */
     float *cache = fm__act(m->parent, A_qkv, l);
-    fm__model_decode_attend(m, a.atty, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C, cache + C, cache + 2 * C, 3 * C);
+    fm__model_decode_attend(m, a.atty, a.qkv, a.qkv + Q, a.qkv + 2 * Q, 3 * Q, 3 * Q, cache + Q, cache + 2 * Q, 3 * Q);
   } else {
-    be->attention_fwd(a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C, seg, B, T, NH, NH, HS);
+    be->attention_fwd(a.atty, a.lse, a.qkv, a.qkv + Q, a.qkv + 2 * Q, 3 * Q, 3 * Q, seg, B, T, NH, NH, HS);
   }
-  fm__round_act(m, a.atty, N * C);
-  be->matmul_fwd(a.res_att, a.atty, w.WO, w.BO, N, C, C);
+  fm__round_act(m, a.atty, N * Q);
+  fm__tp_row_fwd(m, a.res_att, a.atty, w.WO, w.BO, N, Q, C); /* row-parallel: summed over tp, bias once */
   fm__round_act(m, a.res_att, N * C);
   be->add(a.res_att, a.in, a.res_att, N * C);
   be->layernorm_fwd(a.ln2, a.ln2_mean, a.ln2_rstd, a.res_att, w.LN2_W, w.LN2_B, N, C, eps);
@@ -167,7 +167,7 @@ static void gpt2_block_fwd(FmModel *m, int64_t l) {
   fm__round_act(m, a.fch, N * F);
   be->gelu_fwd(a.fch_gelu, a.fch, N * F);
   fm__round_act(m, a.fch_gelu, N * F);
-  be->matmul_fwd(a.out, a.fch_gelu, w.W2, w.B2, N, F, C);
+  fm__tp_row_fwd(m, a.out, a.fch_gelu, w.W2, w.B2, N, F, C);
   fm__round_act(m, a.out, N * C);
   be->add(a.out, a.res_att, a.out, N * C);
 }
@@ -175,8 +175,11 @@ static void gpt2_block_fwd(FmModel *m, int64_t l) {
 static void gpt2_forward(FmModel *m) {
   const FmBackend *be = m->be;
   const int64_t N = m->B * m->d.T, C = m->d.C, L = m->d.L;
-  be->embedding_fwd(fm__act(m, A_res, 0), m->tokens, fm__par(m, m->param, WTE, -1), m->pos,
-                    fm__par(m, m->param, WPE, -1), N, C);
+  if (fm__tp_on(m))
+    fm__tp_embedding_fwd(m, fm__act(m, A_res, 0), fm__par(m, m->param, WTE, -1), fm__par(m, m->param, WPE, -1));
+  else
+    be->embedding_fwd(fm__act(m, A_res, 0), m->tokens, fm__par(m, m->param, WTE, -1), m->pos,
+                      fm__par(m, m->param, WPE, -1), N, C);
   for (int64_t l = 0; l < L; l++) gpt2_block_fwd(m, l);
   be->layernorm_fwd(m->final, fm__act(m, A_lnf_mean, 0), fm__act(m, A_lnf_rstd, 0), fm__act(m, A_res, L),
                     fm__par(m, m->param, LNF_W, -1), fm__par(m, m->param, LNF_B, -1), N, C, (float)m->d.norm_eps);
@@ -190,7 +193,7 @@ static void gpt2_forward(FmModel *m) {
 static void gpt2_block_bwd(FmModel *m, int64_t l) {
   const FmBackend *be = m->be;
   const FmModelDims *d = &m->d;
-  const int64_t B = m->B, T = d->T, N = B * T, C = d->C, F = d->F, NH = d->NH, HS = d->HS;
+  const int64_t B = m->B, T = d->T, N = B * T, C = d->C, F = d->F, NH = d->NH, HS = d->HS, Q = NH * HS;
   const int64_t f4 = (int64_t)sizeof(float);
   const int32_t *seg = m->seg_on ? m->seg : NULL;
   const Gpt2Block w = gpt2_block(m, m->param, l), g = gpt2_block(m, m->grad, l);
@@ -203,15 +206,17 @@ static void gpt2_block_bwd(FmModel *m, int64_t l) {
   be->gelu_bwd(dfch, dfch, a.fch, N * F);
   be->memset(dln, 0, N * C * f4);
   be->matmul_bwd(dln, g.W1, g.B1, dfch, a.ln2, w.W1, N, C, F);
+  fm__tp_sum(m, dln, N * C); /* column-parallel: every rank's part of d(ln2) */
   be->layernorm_bwd(dres, g.LN2_W, g.LN2_B, dln, a.res_att, w.LN2_W, a.ln2_mean, a.ln2_rstd, N, C);
   /* attention: res_att = in + wo attn(qkv(ln1(in))) */
-  be->memset(datty, 0, N * C * f4);
-  be->matmul_bwd(datty, g.WO, g.BO, dres, a.atty, w.WO, N, C, C);
-  be->memset(dqkv, 0, N * 3 * C * f4);
-  be->attention_bwd(dqkv, dqkv + C, dqkv + 2 * C, datty, a.atty, a.lse, a.qkv, a.qkv + C, a.qkv + 2 * C, 3 * C, 3 * C,
+  be->memset(datty, 0, N * Q * f4);
+  be->matmul_bwd(datty, g.WO, g.BO, dres, a.atty, w.WO, N, Q, C); /* dbias: the same on every tp rank */
+  be->memset(dqkv, 0, N * 3 * Q * f4);
+  be->attention_bwd(dqkv, dqkv + Q, dqkv + 2 * Q, datty, a.atty, a.lse, a.qkv, a.qkv + Q, a.qkv + 2 * Q, 3 * Q, 3 * Q,
                     seg, B, T, NH, NH, HS);
   be->memset(dln, 0, N * C * f4);
-  be->matmul_bwd(dln, g.WQKV, g.BQKV, dqkv, a.ln1, w.WQKV, N, C, 3 * C);
+  be->matmul_bwd(dln, g.WQKV, g.BQKV, dqkv, a.ln1, w.WQKV, N, C, 3 * Q);
+  fm__tp_sum(m, dln, N * C);
   be->layernorm_bwd(dres, g.LN1_W, g.LN1_B, dln, a.in, w.LN1_W, a.ln1_mean, a.ln1_rstd, N, C);
 }
 
@@ -227,7 +232,11 @@ static void gpt2_backward(FmModel *m) {
     if (m->recompute) gpt2_block_fwd(m, l); /* refill the one shared block buffer from the kept input */
     gpt2_block_bwd(m, l);
   }
-  be->embedding_bwd(fm__par(m, m->grad, WTE, -1), fm__par(m, m->grad, WPE, -1), dres, m->tokens, m->pos, N, C, m->d.V);
+  if (fm__tp_on(m))
+    fm__tp_embedding_bwd(m, fm__par(m, m->grad, WTE, -1), fm__par(m, m->grad, WPE, -1), dres);
+  else
+    be->embedding_bwd(fm__par(m, m->grad, WTE, -1), fm__par(m, m->grad, WPE, -1), dres, m->tokens, m->pos, N, C,
+                      m->d.V);
 }
 
 const FmModelKind fm_model_gpt2 = {

@@ -34,7 +34,26 @@ void fm_model_init_range(float *out, const FmTensorTable *tab, int64_t L, int64_
   }
 }
 
+/* Under tp > 1: each canonical tensor made whole, then this rank's shard
+ * kept, so every tp gives the canonical weights of tp = 1. */
+static void init_tp(FmModel *m, uint64_t seed, double init_std, bool residual_scaled) {
+  int64_t most = 0;
+  for (int i = 0; i < m->cparams.n; i++) most = m->cparams.t[i].numel > most ? m->cparams.t[i].numel : most;
+  float *whole = fm_xmalloc((size_t)most * sizeof *whole); /* once, before any step */
+  for (int i = 0; i < m->cparams.n; i++) {
+    const FmTensor *ct = &m->cparams.t[i];
+    fm_model_init_range(whole, &m->cparams, m->cd.L, ct->offset, ct->offset + ct->numel, seed, init_std,
+                        residual_scaled);
+    fm_tp_copy(ct, &m->params.t[i], m->tp_rank, m->tp_size, m->param + m->params.t[i].offset, whole, 0);
+  }
+  free(whole);
+}
+
 void fm_model_init_weights(FmModel *m, uint64_t seed, double init_std, bool residual_scaled) {
+  if (fm__tp_on(m)) {
+    init_tp(m, seed, init_std, residual_scaled);
+    return;
+  }
   const int64_t chunk = (int64_t)1 << 20;
   float *host = fm_xmalloc((size_t)chunk * sizeof(float)); /* once, before any step */
   for (int64_t b = 0; b < m->params.numel; b += chunk) {

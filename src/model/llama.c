@@ -161,7 +161,7 @@ static void llama_block_fwd(FmModel *m, int64_t l) {
   else
     be->attention_fwd(a.atty, a.lse, a.q, a.k, a.v, Q, KV, seg, B, T, NH, NKV, HS);
   fm__round_act(m, a.atty, N * Q);
-  be->matmul_fwd(a.res_att, a.atty, w.WO, NULL, N, Q, C);
+  fm__tp_row_fwd(m, a.res_att, a.atty, w.WO, NULL, N, Q, C); /* row-parallel: summed over tp */
   fm__round_act(m, a.res_att, N * C);
   be->add(a.res_att, a.in, a.res_att, N * C);
   be->rmsnorm_fwd(a.ln2, a.ln2_rstd, a.res_att, w.MLP_NORM, N, C, eps);
@@ -171,7 +171,7 @@ static void llama_block_fwd(FmModel *m, int64_t l) {
   fm__round_act(m, a.up, N * F);
   be->swiglu_fwd(a.swi, a.gate, a.up, N * F);
   fm__round_act(m, a.swi, N * F);
-  be->matmul_fwd(a.out, a.swi, w.W_DOWN, NULL, N, F, C);
+  fm__tp_row_fwd(m, a.out, a.swi, w.W_DOWN, NULL, N, F, C);
   fm__round_act(m, a.out, N * C);
   be->add(a.out, a.res_att, a.out, N * C);
 }
@@ -179,7 +179,10 @@ static void llama_block_fwd(FmModel *m, int64_t l) {
 static void llama_forward(FmModel *m) {
   const FmBackend *be = m->be;
   const int64_t N = m->B * m->d.T, C = m->d.C, L = m->d.L;
-  be->embedding_fwd(fm__act(m, A_res, 0), m->tokens, fm__par(m, m->param, WTE, -1), m->pos, NULL, N, C);
+  if (fm__tp_on(m))
+    fm__tp_embedding_fwd(m, fm__act(m, A_res, 0), fm__par(m, m->param, WTE, -1), NULL);
+  else
+    be->embedding_fwd(fm__act(m, A_res, 0), m->tokens, fm__par(m, m->param, WTE, -1), m->pos, NULL, N, C);
   for (int64_t l = 0; l < L; l++) llama_block_fwd(m, l);
   be->rmsnorm_fwd(m->final, fm__act(m, A_norm_rstd, 0), fm__act(m, A_res, L), fm__par(m, m->param, NORM, -1), N, C,
                   (float)m->d.norm_eps);
@@ -209,6 +212,7 @@ static void llama_block_bwd(FmModel *m, int64_t l) {
   be->memset(dln, 0, N * C * f4);
   be->matmul_bwd(dln, g.W_GATE, NULL, dgate, a.ln2, w.W_GATE, N, C, F);
   be->matmul_bwd(dln, g.W_UP, NULL, dup, a.ln2, w.W_UP, N, C, F);
+  fm__tp_sum(m, dln, N * C); /* column-parallel: every rank's part of d(ln2) */
   be->rmsnorm_bwd(dres, g.MLP_NORM, dln, a.res_att, w.MLP_NORM, a.ln2_rstd, N, C);
   /* attention: res_att = in + wo attn(rope(wq x), rope(wk x), wv x), x = ln1(in) */
   be->memset(datty, 0, N * Q * f4);
@@ -223,6 +227,7 @@ static void llama_block_bwd(FmModel *m, int64_t l) {
   be->matmul_bwd(dln, g.WQ, NULL, dq, a.ln1, w.WQ, N, C, Q);
   be->matmul_bwd(dln, g.WK, NULL, dk, a.ln1, w.WK, N, C, KV);
   be->matmul_bwd(dln, g.WV, NULL, dv, a.ln1, w.WV, N, C, KV);
+  fm__tp_sum(m, dln, N * C);
   be->rmsnorm_bwd(dres, g.ATTN_NORM, dln, a.in, w.ATTN_NORM, a.ln1_rstd, N, C);
 }
 
@@ -237,7 +242,10 @@ static void llama_backward(FmModel *m) {
     if (m->recompute) llama_block_fwd(m, l); /* refill the one shared block buffer from the kept input */
     llama_block_bwd(m, l);
   }
-  be->embedding_bwd(fm__par(m, m->grad, WTE, -1), NULL, dres, m->tokens, m->pos, N, C, m->d.V);
+  if (fm__tp_on(m))
+    fm__tp_embedding_bwd(m, fm__par(m, m->grad, WTE, -1), NULL, dres);
+  else
+    be->embedding_bwd(fm__par(m, m->grad, WTE, -1), NULL, dres, m->tokens, m->pos, N, C, m->d.V);
 }
 
 const FmModelKind fm_model_llama = {

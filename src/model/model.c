@@ -144,3 +144,27 @@ void fm__model_add_act(FmTensorTable *tab, const char *name, FmActKind kind, con
   const int64_t shape[2] = {copies, elems};
   fm_table_add(tab, name, FM_DT_F32, (uint32_t)kind, FM_TP_NONE, 2, shape);
 }
+
+static int64_t gcd64(int64_t a, int64_t b) {
+  while (b) {
+    const int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+int fm_model_check_tp(const FmModelDims *d, int64_t tp, const FmDeck *deck, FILE *err) {
+  const int64_t g = gcd64(d->NKV, d->F);
+  if (tp >= 1 && g % tp == 0 && tp <= d->V) return 0;
+  char valid[256] = "";
+  size_t used = 0;
+  for (int64_t q = 1; q <= g && used + 24 < sizeof valid; q++)
+    if (g % q == 0)
+      used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%lld", used ? ", " : "", (long long)q);
+  fm_deck_error(deck, err, FM_KEY_parallel_tp,
+                "must divide the model's %lld key/value heads (each tp rank owns whole KV heads and their query "
+                "heads) and d_ff = %lld (the MLP's columns): valid tp values are %s",
+                (long long)d->NKV, (long long)d->F, valid);
+  return FM_EDECK;
+}

@@ -50,7 +50,33 @@ struct FmModel {
    * (fm__model_decode_attend). NULL for every other model. */
   const FmModel *parent;
   int32_t *dec_pos_host; /* host (B): the position each sequence decodes */
+  /* Tensor parallelism (fm_model_create_tp): d and pd are this rank's local
+   * dims, cd the canonical ones; tp NULL and tp_size 1 without it. */
+  FmComm *tp;
+  int tp_size, tp_rank;
+  int64_t v0;            /* this rank's vocab rows are [v0, v0 + d.V) */
+  FmModelDims cd;        /* canonical dims */
+  FmTensorTable cparams; /* canonical parameter table (tp > 1; else a copy of params' layout) */
+  float *tp_scratch;     /* host: fm_comm_sum_ordered's scratch for N*C floats (tp > 1) */
+  float *vx_scratch;     /* host: the vocab-parallel cross-entropy's scratch (tp > 1) */
 };
+
+/* ---- tensor parallelism inside the models (model_run.c); each is the plain
+ * op, or nothing, at tp = 1, so tp = 1 keeps its bits ---- */
+static inline bool fm__tp_on(const FmModel *m) { return m->tp_size > 1; }
+/* x (n floats) = the sum of every tp rank's x, in rank order. */
+void fm__tp_sum(const FmModel *m, float *x, int64_t n);
+/* A row-parallel linear: out (N, C) = sum over tp of in (N, K local) w^T
+ * (w (C, K local)), then + bias once (bias NULL: none). At tp = 1 the
+ * backend's matmul_fwd with its bias. */
+void fm__tp_row_fwd(const FmModel *m, float *out, const float *in, const float *w, const float *bias, int64_t N,
+                    int64_t K, int64_t C);
+/* The vocab-parallel embedding (tp > 1): out (N, C) = wte[token] from the
+ * rank holding its row (summed over tp: one non-zero term), + wpe[pos] when
+ * wpe is not NULL; backward: this rank's rows of dwte, and dwpe (replicated)
+ * when not NULL. */
+void fm__tp_embedding_fwd(const FmModel *m, float *out, const float *wte, const float *wpe);
+void fm__tp_embedding_bwd(const FmModel *m, float *dwte, float *dwpe, const float *dout);
 
 /* One activation tensor of the table; kind picks its copies (see above). */
 void fm__model_add_act(FmTensorTable *tab, const char *name, FmActKind kind, const FmModelDims *d, bool recompute,

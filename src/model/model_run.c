@@ -62,8 +62,25 @@ static float *act_named(FmModel *m, const char *name) {
  * forward use d (d->T <= pd->T: a generation context shorter than the
  * model's, whose positions index the first d->T rows of GPT-2's wpe). */
 static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, const FmModelDims *d, const FmBackend *be,
-                  int64_t b, bool recompute, FILE *err) {
+                  int64_t b, bool recompute, FmComm *tp, FILE *err) {
   *out = NULL;
+  const int P = tp ? tp->size : 1, tr = tp ? tp->rank : 0;
+  FmModelDims lpd = *pd, ld = *d;
+  int64_t v0 = 0;
+  if (P > 1) {
+    if (!be->host_accessible || d->T != pd->T) {
+      if (err)
+        fprintf(err, "error: tensor parallelism (tp = %d) runs on host-memory backends at the model's seq_len; %s\n", P,
+                be->host_accessible ? "generation contexts are not sharded yet" : "this backend is not host memory");
+      return FM_EINVAL;
+    }
+    int rc = fm_model_tp_dims(&lpd, &v0, pd, P, tr, err);
+    if (rc) return rc;
+    ld = lpd;
+  }
+  const FmModelDims *cpd = pd;
+  pd = &lpd;
+  d = &ld;
   if (b < 1 || d->T < 1 || d->T > pd->T) {
     if (err)
       fprintf(err, "error: model micro-batch b = %lld, T = %lld: both must be >= 1, T <= the model's %lld\n",
@@ -80,7 +97,13 @@ static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, co
   m->be = be;
   m->B = b;
   m->recompute = recompute;
+  m->tp = P > 1 ? tp : NULL;
+  m->tp_size = P;
+  m->tp_rank = tr;
+  m->v0 = v0;
+  m->cd = *cpd;
   fm_model_param_table(&m->params, k, pd);
+  fm_model_param_table(&m->cparams, k, cpd);
   fm_table_init(&m->acts);
   k->acts(&m->acts, d, b, recompute);
 
@@ -105,6 +128,15 @@ static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, co
   be->memset(m->weight, 0, extra * (int64_t)sizeof(float));
   fm_model_zero_grad(m);
   if (!be->host_accessible) m->host_stage = fm_xmalloc((size_t)(N * C) * sizeof(float));
+  if (P > 1) {
+    m->tp_scratch = fm_xmalloc((size_t)fm_comm_sum_ordered_scratch(tp, N * C) * sizeof(float));
+    m->vx_scratch = fm_xmalloc((size_t)fm_vocab_xent_scratch(tp, N, C, V) * sizeof(float));
+    fm_log0(
+        "tensor parallel: tp = %d, rank 0 holds %lld of %lld parameters (heads %lld of %lld, d_ff %lld of %lld, "
+        "vocab rows %lld of %lld)",
+        P, (long long)m->params.numel, (long long)m->cparams.numel, (long long)d->NH, (long long)cpd->NH,
+        (long long)d->F, (long long)cpd->F, (long long)V, (long long)cpd->V);
+  }
 
   m->w_out = fm_model_param(m, d->tied ? "wte" : "lm_head");
   m->dw_out = fm_model_grad(m, d->tied ? "wte" : "lm_head");
@@ -131,14 +163,19 @@ static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, co
 
 int fm_model_create(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
                     bool recompute, FILE *err) {
-  return create(out, k, d, d, be, b, recompute, err);
+  return create(out, k, d, d, be, b, recompute, NULL, err);
+}
+
+int fm_model_create_tp(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
+                       bool recompute, FmComm *tp, FILE *err) {
+  return create(out, k, d, d, be, b, recompute, tp, err);
 }
 
 int fm_model_create_ctx(FmModel **out, const FmModelKind *k, const FmModelDims *d, const FmBackend *be, int64_t b,
                         int64_t T_ctx, FILE *err) {
   FmModelDims dc = *d;
   dc.T = T_ctx;
-  return create(out, k, d, &dc, be, b, false, err);
+  return create(out, k, d, &dc, be, b, false, NULL, err);
 }
 
 static void gen_free(FmModel *m);
@@ -155,6 +192,9 @@ void fm_model_free(FmModel *m) {
   m->be->free(m->tokens);
   m->be->free(m->weight);
   free(m->host_stage);
+  free(m->tp_scratch);
+  free(m->vx_scratch);
+  fm_table_free(&m->cparams);
   fm_table_free(&m->params);
   fm_table_free(&m->acts);
   free(m);
@@ -187,8 +227,12 @@ double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float
   m->kind->forward(m);
   if (backward) be->memset(m->dfinal, 0, N * C * (int64_t)sizeof(float));
   /* logits = final @ w_out^T and the weighted cross-entropy, in vocab chunks */
-  const double loss = be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out,
-                                       m->targets, m->weight, N, C, m->d.V, m->xent_scratch);
+  const double loss =
+      fm__tp_on(m) /* vocab-parallel: this rank's rows of the LM head; the logits are never gathered */
+          ? fm_vocab_xent_fwd_bwd(m->tp, be, backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final,
+                                  m->w_out, m->targets, m->weight, N, C, m->v0, m->d.V, m->vx_scratch)
+          : be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out, m->targets,
+                             m->weight, N, C, m->d.V, m->xent_scratch);
   if (backward) m->kind->backward(m);
   return loss;
 }
@@ -196,6 +240,9 @@ double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float
 void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, int64_t n_rows, float *logits_out) {
   const FmBackend *be = m->be;
   const int64_t C = m->d.C, V = m->d.V, N = m->B * m->d.T;
+  if (fm__tp_on(m)) /* the callers (generation, eval's logits, Sophia's sampling) run at tp = 1 today */
+    fm_abort_one(1, "fm_model_logits: full-vocabulary logits are not gathered over tp = %d ranks (use tp = 1)",
+                 m->tp_size);
   load_batch(m, in, NULL);
   m->kind->forward(m);
   if (!rows) n_rows = N;
@@ -216,6 +263,10 @@ void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, in
 int fm_model_gen_create(FmModel **out, FmModel *m, FILE *err) {
   *out = NULL;
   const FmBackend *be = m->be;
+  if (fm__tp_on(m)) {
+    if (err) fprintf(err, "error: generation is not sharded over tensor-parallel ranks yet: use &parallel tp = 1\n");
+    return FM_EINVAL;
+  }
   if (m->recompute || m->parent) {
     if (err) fprintf(err, "error: generation needs a model made without recompute (its activations are the cache)\n");
     return FM_EINVAL;
@@ -337,4 +388,114 @@ float *fm_model_param(FmModel *m, const char *name) {
 float *fm_model_grad(FmModel *m, const char *name) {
   const FmTensor *t = fm_table_find(&m->params, name);
   return t ? m->grad + t->offset : NULL;
+}
+
+/* ---- tensor parallelism -------------------------------------------------------- */
+
+int fm_model_tp_dims(FmModelDims *l, int64_t *v0, const FmModelDims *d, int P, int r, FILE *err) {
+  *l = *d;
+  *v0 = 0;
+  if (P <= 1) return 0;
+  if (d->NKV % P != 0 || d->NH % P != 0 || d->F % P != 0 || d->V < P) {
+    if (err)
+      fprintf(err,
+              "error: tp = %d must divide n_kv_head = %lld (each rank owns whole KV heads and their query heads), "
+              "n_head = %lld and d_ff = %lld\n",
+              P, (long long)d->NKV, (long long)d->NH, (long long)d->F);
+    return FM_EINVAL;
+  }
+  l->NH = d->NH / P;
+  l->NKV = d->NKV / P;
+  l->F = d->F / P;
+  *v0 = fm_tp_begin(d->V, r, P);
+  l->V = fm_tp_begin(d->V, r + 1, P) - *v0;
+  return 0;
+}
+
+int fm_model_tp_size(const FmModel *m) { return m->tp_size; }
+const FmTensorTable *fm_model_canon_params(const FmModel *m) { return fm__tp_on(m) ? &m->cparams : &m->params; }
+
+int fm_model_tp_replicated(const FmModel *m, int i) { return m->params.t[i].tp == FM_TP_NONE; }
+
+void fm_model_tp_scatter(const FmModel *m, const float *canon, float *local) {
+  if (!fm__tp_on(m)) {
+    memcpy(local, canon, (size_t)m->params.numel * sizeof *local);
+    return;
+  }
+  for (int i = 0; i < m->params.n; i++)
+    fm_tp_copy(&m->cparams.t[i], &m->params.t[i], m->tp_rank, m->tp_size, local + m->params.t[i].offset,
+               (float *)(uintptr_t)(canon + m->cparams.t[i].offset), 0);
+}
+
+void fm_model_tp_gather(FmModel *m, const float *local, float *canon) {
+  if (!fm__tp_on(m)) {
+    memcpy(canon, local, (size_t)m->params.numel * sizeof *canon);
+    return;
+  }
+  const int P = m->tp_size;
+  FmTensorTable *tabs = fm_xcalloc((size_t)P, sizeof *tabs); /* every rank's local table (they differ in V) */
+  int64_t most = 0;
+  for (int r = 0; r < P; r++) {
+    FmModelDims l;
+    int64_t v0;
+    FM_CHECK(fm_model_tp_dims(&l, &v0, &m->cd, P, r, NULL));
+    fm_model_param_table(&tabs[r], m->kind, &l);
+    most = tabs[r].numel > most ? tabs[r].numel : most;
+  }
+  float *mine = fm_xcalloc((size_t)most, sizeof *mine), *all = fm_xmalloc((size_t)(most * P) * sizeof *all);
+  memcpy(mine, local, (size_t)m->params.numel * sizeof *mine);
+  FM_CHECK(fm_comm_allgather(m->tp, mine, all, most, FM_DT_F32));
+  for (int r = 0; r < P; r++) {
+    for (int i = 0; i < tabs[r].n; i++)
+      fm_tp_copy(&m->cparams.t[i], &tabs[r].t[i], r, P, all + r * most + tabs[r].t[i].offset,
+                 canon + m->cparams.t[i].offset, 1);
+    fm_table_free(&tabs[r]);
+  }
+  free(tabs);
+  free(mine);
+  free(all);
+}
+
+void fm__tp_sum(const FmModel *m, float *x, int64_t n) {
+  if (fm__tp_on(m)) FM_CHECK(fm_comm_sum_ordered(m->tp, x, n, m->tp_scratch));
+}
+
+void fm__tp_row_fwd(const FmModel *m, float *out, const float *in, const float *w, const float *bias, int64_t N,
+                    int64_t K, int64_t C) {
+  if (!fm__tp_on(m)) {
+    m->be->matmul_fwd(out, in, w, bias, N, K, C);
+    return;
+  }
+  m->be->matmul_fwd(out, in, w, NULL, N, K, C); /* this rank's partial sum */
+  fm__tp_sum(m, out, N * C);
+  if (bias) /* once, after the sum: every rank holds the same replicated bias */
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++) out[n * C + c] += bias[c];
+}
+
+/* Host loops: tp > 1 runs on host-memory backends (fm_model_create_tp). */
+void fm__tp_embedding_fwd(const FmModel *m, float *out, const float *wte, const float *wpe) {
+  const int64_t N = m->B * m->d.T, C = m->d.C, V = m->d.V;
+  for (int64_t n = 0; n < N; n++) {
+    const int64_t v = (int64_t)m->tokens[n] - m->v0;
+    if (v >= 0 && v < V)
+      memcpy(out + n * C, wte + v * C, (size_t)C * sizeof *out);
+    else
+      memset(out + n * C, 0, (size_t)C * sizeof *out);
+  }
+  fm__tp_sum(m, out, N * C); /* one rank holds each row: the others add zeros, so the sum is exact */
+  if (wpe)
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < C; c++) out[n * C + c] += wpe[(int64_t)m->pos[n] * C + c];
+}
+
+void fm__tp_embedding_bwd(const FmModel *m, float *dwte, float *dwpe, const float *dout) {
+  const int64_t N = m->B * m->d.T, C = m->d.C, V = m->d.V;
+  for (int64_t n = 0; n < N; n++) { /* in token order: the same bits for any thread count */
+    const int64_t v = (int64_t)m->tokens[n] - m->v0;
+    if (v >= 0 && v < V)
+      for (int64_t c = 0; c < C; c++) dwte[v * C + c] += dout[n * C + c];
+    if (dwpe)
+      for (int64_t c = 0; c < C; c++) dwpe[(int64_t)m->pos[n] * C + c] += dout[n * C + c];
+  }
 }

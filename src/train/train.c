@@ -36,6 +36,9 @@ typedef struct Run {
   const FmDeck *deck;
   const FmConfig *c;
   FmComm *dp;
+  FmComm *tp;  /* the mesh's tensor-parallel group (size 1: none) */
+  bool lead;   /* dp rank 0 and tp rank 0: writes metrics, the summary and final/ */
+  float *gtmp; /* tp > 1: (S) the shard with replicated tensors zeroed on tp ranks > 0 (the global norm) */
   const FmBackend *be;
   int use_nccl; /* &parallel comm resolved (fm_comm_choose): device collectives over NCCL */
   const FmModelKind *kind;
@@ -122,6 +125,14 @@ static int64_t read_step(Run *r, int64_t step) {
   return all;
 }
 
+/* Any tp rank's flag (tp > 1): a redo or a skip runs on the whole group,
+ * whose forward and backward exchange activations. */
+static int tp_any(const Run *r, int flag) {
+  int32_t mine = flag != 0, any = mine;
+  if (r->tp->size > 1) FM_CHECK(fm_comm_allreduce(r->tp, &mine, &any, 1, FM_DT_I32, FM_OP_MAX));
+  return any;
+}
+
 /* Forward + backward of every micro-batch, reduced onto this rank's shard
  * (computed again with wider scales if the exact reduction overflowed).
  * Returns the step's loss summed in micro-batch order (any rank count). */
@@ -146,11 +157,36 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
       }
     }
     if (!r->red.exact) grad_to_host(r);
-  } while (fm_reduce_finish(&r->red, grad, r->gshard, nonfinite));
+  } while (tp_any(r, fm_reduce_finish(&r->red, grad, r->gshard, nonfinite)));
+  *nonfinite = tp_any(r, *nonfinite);
   FM_CHECK(fm_comm_allgather(r->dp, r->mloss, r->mloss_all, r->count, FM_DT_F64));
   double loss = 0;
   for (int64_t m = 0; m < r->M; m++) loss += r->mloss_all[m];
   return loss;
+}
+
+/* The global gradient norm. At tp > 1 each tp rank's dp group computes the
+ * norm of its local vector (dp-independent blocks, reduce.c) with the
+ * replicated tensors (norms, row-parallel biases, GPT-2's wpe: the same
+ * gradient on every tp rank) counted by tp rank 0 only; the squares are
+ * then added in tp rank order: the same bits for any dp at a fixed tp. */
+static double grad_norm(Run *r) {
+  if (r->tp->size == 1) return fm_reduce_grad_norm(&r->red, r->gshard);
+  const int64_t lo = fm_reduce_lo(&r->red), hi = fm_reduce_hi(&r->red);
+  memcpy(r->gtmp, r->gshard, (size_t)(hi - lo) * sizeof *r->gtmp);
+  const FmTensorTable *pt = fm_model_params(r->model);
+  for (int i = 0; r->tp->rank > 0 && i < pt->n; i++) {
+    if (!fm_model_tp_replicated(r->model, i)) continue;
+    const int64_t a = pt->t[i].offset > lo ? pt->t[i].offset : lo;
+    const int64_t b = pt->t[i].offset + pt->t[i].numel < hi ? pt->t[i].offset + pt->t[i].numel : hi;
+    if (a < b) memset(r->gtmp + (a - lo), 0, (size_t)(b - a) * sizeof *r->gtmp);
+  }
+  const double n = fm_reduce_grad_norm(&r->red, r->gtmp);
+  double mine = n * n, all[64], ss = 0;
+  if (r->tp->size > 64) fm_abort_one(1, "tp = %d: at most 64", r->tp->size);
+  FM_CHECK(fm_comm_allgather(r->tp, &mine, all, 1, FM_DT_F64));
+  for (int q = 0; q < r->tp->size; q++) ss += all[q];
+  return sqrt(ss);
 }
 
 /* The gradient the optimizer takes: this rank's shard (ZeRO-1), or with
@@ -198,7 +234,7 @@ static int report_nonfinite(const Run *r, int64_t t, double loss) {
   fm_warn0("step %lld: non-finite %s, first in %s: step skipped (%lld in a row, &train max_bad_steps = %lld)",
            (long long)t, isfinite(loss) ? "gradient" : "loss", what, (long long)r->bad_run, (long long)max);
   if (r->bad_run < max) return 0;
-  if (r->dp->rank == 0)
+  if (r->lead)
     fprintf(stderr,
             "fmhpc: step %lld: %lld steps in a row with a non-finite loss or gradient (first non-finite: %s): "
             "stopping; the weights and checkpoints hold no step with NaN/Inf\n"
@@ -236,7 +272,7 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   const double loss = grads_of_step(r, t, NULL, &nonfinite);
   nonfinite = nonfinite || !isfinite(loss); /* the loss is the same sum on every rank */
   const double t_update = fm_now_s();
-  const double norm = nonfinite ? NAN : fm_reduce_grad_norm(&r->red, r->gshard);
+  const double norm = nonfinite ? NAN : grad_norm(r);
   const double lr = fm_lr_at(&r->sched, t);
   r->bad_run = nonfinite ? r->bad_run + 1 : 0;
   bool skip = nonfinite || (r->c->train.spike_skip && fm_spike_check(&r->spike, loss, NULL));
@@ -254,7 +290,7 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
                         .tokens_per_s = (double)(r->B * r->T) / dt, .data_s = t_data - t0,
                         .compute_s = t_update - t_grads, .update_s = t1 - t_update, .skipped = skip,
                         .redone = r->red.redone};
-  rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size) : 0;
+  rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size * r->tp->size) : 0;
   return nonfinite ? report_nonfinite(r, t, loss) : 0;
 }
 
@@ -340,11 +376,13 @@ int fm_train_backend_needs(const FmConfig *c) {
   return FM_NEED_MODEL | (c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16 ? FM_NEED_BF16 : 0);
 }
 
-static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
+static int setup(Run *r, const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *err) {
   memset(r, 0, sizeof *r);
   r->deck = deck;
   r->c = &deck->c;
   r->dp = dp;
+  r->tp = tp;
+  r->lead = dp->rank == 0 && tp->rank == 0;
   const FmConfig *c = r->c;
   if (c->train.threads > 0) omp_set_num_threads((int)c->train.threads);
   int status = 0;
@@ -387,9 +425,11 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->B = c->train.global_batch;
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;
-  const FmModelLoadOpts lo = {r->be, r->b, c->model.recompute, c->model.init_from, true, 0};
+  const FmModelLoadOpts lo = {r->be, r->b, c->model.recompute, c->model.init_from, true, 0, tp};
   FmLoadedModel lm;
-  int rc = fm_model_load(&lm, deck, &lo, dp, err);
+  int rc = fm_model_dims(&lm.dims, NULL, deck, NULL);
+  if (!rc && (rc = fm_model_check_tp(&lm.dims, tp->size, deck, err))) return rc;
+  rc = fm_model_load(&lm, deck, &lo, dp, err);
   r->kind = lm.kind;
   r->dims = lm.dims;
   r->model = lm.model;
@@ -419,6 +459,13 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
     r->state_shard = fm_xcalloc((size_t)(n > 0 ? n : 1), sizeof *r->state_shard);  // NOLINT(bugprone-sizeof-expression)
     for (int i = 0; i < n; i++) r->state_shard[i] = fm_optim_state_arrays(r->opt)[i] + fm_reduce_lo(&r->red);
   }
+  if (tp->size > 1 && fm_optim_params(r->opt)->kind->hook) { /* Sophia samples labels from full-vocabulary logits */
+    fm_deck_error(deck, err, FM_KEY_optim_name,
+                  "'%s' samples from full-vocabulary logits each step, which are not gathered over &parallel tp = %d",
+                  fm_optim_params(r->opt)->kind->name, tp->size);
+    if (err) fprintf(err, "hint: adamw or lion under tp > 1, or tp = 1\n");
+    return FM_EDECK;
+  }
   fm_spike_init_from_deck(&r->spike, deck);
 
   r->ids = fm_xcalloc((size_t)r->b, sizeof *r->ids);
@@ -434,6 +481,7 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FILE *err) {
   r->mloss = fm_xcalloc((size_t)r->count, sizeof *r->mloss);
   r->mloss_all = fm_xcalloc((size_t)r->M, sizeof *r->mloss_all);
   r->gshard = fm_xcalloc((size_t)r->red.S, sizeof *r->gshard);
+  if (tp->size > 1) r->gtmp = fm_xcalloc((size_t)r->red.S, sizeof *r->gtmp);
   const FmOptimRunShape shape = {r->count, r->first, r->b, r->T, r->dims.V, (uint64_t)c->run.seed};
   fm_optim_setup_run(r->opt, &shape);
   test_nan_hook_setup(r);
@@ -452,6 +500,7 @@ static void teardown(Run *r) {
   free(r->gshard);
   if (r->model && r->wh != fm_model_param_arena(r->model)) free(r->wh);
   if (r->model && r->gh != fm_model_grad_arena(r->model)) free(r->gh);
+  free(r->gtmp);
   free(r->gfull);
   free(r->state_shard);
   if (r->opt) fm_optim_free(r->opt);
@@ -506,10 +555,9 @@ static void log_act_stats(Run *r, int64_t step) {
 
 /* SHA-256 of the final fp32 weights: a run states what it produced, and two
  * runs that should agree bit for bit can be compared from their summaries. */
-static void weights_hash(Run *r, char hex[65]) {
-  const FmTensorTable *pt = fm_model_params(r->model);
+static void weights_hash(const float *w, int64_t n, char hex[65]) {
   uint8_t d[32];
-  fm_sha256(r->wh, (size_t)pt->numel * sizeof(float), d);
+  fm_sha256(w, (size_t)n * sizeof(float), d);
   fm_hex(d, 32, hex);
 }
 
@@ -528,10 +576,10 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
   fprintf(f,
           ", \"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
           "\"val_loss\": %s, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
-          "\"dp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
+          "\"dp\": %d, \"tp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
           (long long)last->step, last->loss, last->loss, vbuf, (long long)last->step * r->B * r->T, secs,
-          (long long)r->skipped, (long long)r->red.redone, r->dp->size, hash,
-          (long long)fm_model_params(r->model)->numel);
+          (long long)r->skipped, (long long)r->red.redone, r->dp->size, r->tp->size, hash,
+          (long long)fm_model_canon_params(r->model)->numel);
   fclose(f);
 }
 
@@ -550,14 +598,43 @@ static FmCkptState ckpt_state(Run *r, int64_t step) {
   return s;
 }
 
+/* Under tp > 1 (dist.h, FmDistCanon): every dp group reads the canonical
+ * file and keeps its tp shards; the verdict is agreed over tp. */
+static int resume_tp(Run *r, FmCkptState *s, FILE *err, char *loaded, size_t n) {
+  FmDistCanon c;
+  fm_dist_canon_init(&c, &s->dist, r->model, &r->red, r->dp, r->tp);
+  FmCkptState cs = *s;
+  cs.dist = c.s;
+  int rc = fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &cs, r->dp, err, loaded, n);
+  int32_t v[2] = {rc, -rc}, w[2] = {0, 0};
+  FM_CHECK(fm_comm_allreduce(r->tp, v, w, 2, FM_DT_I32, FM_OP_MAX));
+  if (w[0] != -w[1]) { /* a file one tp group could read and another not */
+    if (err) fprintf(err, "fmhpc: resume: the tensor-parallel ranks disagree about %s\n", r->ckpt_dir);
+    free(cs.deck_read);
+    fm_dist_canon_free(&c);
+    return FM_ECKPT;
+  }
+  if (rc == 0 && !fm_dist_canon_scatter(&c, &s->dist, r->model, r->dp, r->tp, !cs.scales_skipped))
+    fm_log0("resume: the checkpoint was written at another tp: the exact reduction's block scales start fresh");
+  const FmDistState keep = s->dist;
+  *s = cs;
+  s->dist = keep;
+  fm_dist_canon_free(&c);
+  return rc;
+}
+
 /* &ckpt resume: returns the step to start from (0: fresh), or an FM_E* < 0. */
 static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   FmCkptState s = ckpt_state(r, 0);
-  int rc = fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &s, r->dp, err, loaded, n);
+  int rc = r->tp->size > 1 ? resume_tp(r, &s, err, loaded, n)
+                           : fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &s, r->dp, err, loaded, n);
   if (rc != 0) free(s.deck_read);
   if (rc < 0) return rc;
+  if (rc == 0 && s.scales_skipped && r->tp->size == 1)
+    fm_log0("resume: the checkpoint was written at another tp: the exact reduction's block scales start fresh");
   if (rc > 0 || !s.run_id[0]) fm_ckpt_new_run_id(r->dp, r->c->run.seed, r->run_id); /* a checkpoint from before ids: one now */
   else snprintf(r->run_id, sizeof r->run_id, "%s", s.run_id);
+  if (r->tp->size > 1) FM_CHECK(fm_comm_bcast(r->tp, r->run_id, (int64_t)sizeof r->run_id, FM_DT_U8, 0));
   if (rc > 0) {
     if (strcmp(r->c->ckpt.resume, "none") != 0) fm_log0("resume: no checkpoint in %s: starting at step 0", r->ckpt_dir);
     fm_log0("run id %s (stored in this run's checkpoints)", r->run_id);
@@ -584,8 +661,18 @@ static int save(Run *r, int64_t step, FILE *err) {
   FmCkptState s = ckpt_state(r, step);
   char path[4300];
   const double t0 = fm_now_s();
-  int rc = fm_ckpt_write(r->ckpt_dir, &s, (int)r->c->ckpt.keep, r->dp, err, path, sizeof path);
-  if (!rc) fm_ckpt_log_written(path, fm_now_s() - t0);
+  FmDistCanon c;
+  if (r->tp->size > 1) { /* canonical tensors (dist.h, FmDistCanon): tp rank 0's dp group writes them */
+    fm_dist_canon_init(&c, &s.dist, r->model, &r->red, r->dp, r->tp);
+    fm_dist_canon_gather(&c, &s.dist, r->model, &r->red, r->tp);
+    s.dist = c.s;
+  }
+  int rc = r->tp->rank == 0 ? fm_ckpt_write(r->ckpt_dir, &s, (int)r->c->ckpt.keep, r->dp, err, path, sizeof path) : 0;
+  if (r->tp->size > 1) {
+    FM_CHECK(fm_comm_bcast(r->tp, &rc, 1, FM_DT_I32, 0));
+    fm_dist_canon_free(&c);
+  }
+  if (!rc && r->tp->rank == 0) fm_ckpt_log_written(path, fm_now_s() - t0);
   return rc;
 }
 
@@ -639,18 +726,20 @@ static void say_setup_errors(FmComm *dp, int rc, const char *mine) {
 }
 
 /* The run on its data-parallel communicator (the mesh's dp_comm). */
-static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
+static int train_on_dp(const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *log) {
   Run r;
-  FILE *err = dp->rank == 0 ? stderr : NULL;
+  const bool lead = dp->rank == 0 && tp->rank == 0;
+  FILE *err = lead ? stderr : NULL;
   FmStr said;
   fm_str_init(&said);
-  FILE *serr = dp->rank == 0 ? fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write})
-                             : fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write_quiet});
+  FILE *serr = lead ? fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write})
+                    : fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write_quiet});
   setvbuf(serr, NULL, _IONBF, 0);
-  int rc = setup(&r, deck, dp, serr);
+  int rc = setup(&r, deck, dp, tp, serr);
   fclose(serr);
   int32_t ok = rc == 0, all_ok = 0; /* a setup error seen by some ranks (a file) ends all */
   fm_comm_allreduce(dp, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
+  all_ok = !tp_any(&r, !all_ok);
   if (!all_ok) say_setup_errors(dp, rc, said.s);
   fm_str_free(&said);
   if (!all_ok) {
@@ -669,22 +758,24 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
     return (int)start;
   }
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
-  if (dp->rank == 0) rc = check_out_dir(c->run.out_dir, err);
-  if (dp->rank == 0 && !rc)
+  if (r.lead) rc = check_out_dir(c->run.out_dir, err);
+  if (r.lead && !rc)
     rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, deck, start, loaded, err)
                    : fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);
   FM_CHECK(fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0)); /* an unwritable out_dir stops every rank, not rank 0 alone */
+  FM_CHECK(fm_comm_bcast(tp, &rc, 1, FM_DT_I32, 0));
   if (rc) {
     fm_metrics_close(r.metrics);
     teardown(&r);
     return rc;
   }
   if (r.resume_changes) fm_metrics_record(r.metrics, r.resume_changes);
-  fm_log0("train: run '%s', %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d (%s collectives, ZeRO-%lld), "
-          "%s reduction, %s",
-          c->run.name, r.kind->name, (long long)fm_model_params(r.model)->numel, (long long)c->train.steps,
-          (long long)r.B, (long long)r.T, dp->size, dp->kind, (long long)c->parallel.zero,
-          r.red.exact ? "exact" : "fast", where_ops(&r));
+  fm_log0(
+      "train: run '%s', %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d x tp %d (%s collectives, "
+      "ZeRO-%lld), %s reduction, %s",
+      c->run.name, r.kind->name, (long long)fm_model_canon_params(r.model)->numel, (long long)c->train.steps,
+      (long long)r.B, (long long)r.T, dp->size, tp->size, dp->kind, (long long)c->parallel.zero,
+      r.red.exact ? "exact" : "fast", where_ops(&r));
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();
@@ -709,6 +800,7 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
     int32_t flags[2] = {fm_ckpt_signal_pending(),
                         dp->rank == 0 && c->ckpt.every_minutes > 0 && fm_now_s() - last_save >= 60 * c->ckpt.every_minutes};
     FM_CHECK(fm_comm_allreduce(dp, flags, flags, 2, FM_DT_I32, FM_OP_MAX));
+    if (tp->size > 1) FM_CHECK(fm_comm_allreduce(tp, flags, flags, 2, FM_DT_I32, FM_OP_MAX));
     const bool every = c->ckpt.every > 0 && (rec.step % c->ckpt.every == 0 || rec.step == c->train.steps);
     if (every || flags[0] || flags[1]) {
       rc = save(&r, rec.step, err);
@@ -736,17 +828,24 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
   }
   const double secs = fm_now_s() - t0;
   char hash[65];
-  weights_hash(&r, hash);
-  if (dp->rank == 0) {
+  /* The canonical (unsharded) weights: gathered over tp when sharded. */
+  const FmTensorTable *ct = fm_model_canon_params(r.model);
+  float *canon = tp->size > 1 ? fm_xmalloc((size_t)ct->numel * sizeof *canon) : NULL;
+  if (canon) fm_model_tp_gather(r.model, r.wh, canon); /* tp > 1 runs on host memory: wh is the arena */
+  const float *wc = canon ? canon : r.wh;
+  weights_hash(wc, ct->numel, hash);
+  if (r.lead) {
     if (c->log.plot) {
       fm_metrics_plot(r.metrics, log, 72, 16);
       if (!fm_metrics_plot_png(r.metrics, err)) fm_log0("wrote %s/loss.png", c->run.out_dir);
     }
     write_summary(&r, &rec, val, secs, hash);
     snprintf(path, sizeof path, "%s/final", c->run.out_dir);
-    rc = fm_hf_export(path, r.kind, &r.dims, fm_model_params(r.model), r.wh, err);
+    rc = fm_hf_export(path, r.kind, &r.dims, ct, wc, err);
   }
+  free(canon);
   fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0);
+  fm_comm_bcast(tp, &rc, 1, FM_DT_I32, 0);
   char vbuf[32] = "none (no &data valid)";
   if (r.valid) snprintf(vbuf, sizeof vbuf, "%.6f", val);
   fm_log0("done: %lld steps in %.1f s, final loss %.6f, val loss %s, %lld skipped, %lld redone; weights sha256 %s",
@@ -761,15 +860,11 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FILE *log) {
  * loop runs over this rank's dp communicator. At tp = 1 it holds the world's
  * ranks in the world's order, so the bits are those of a run over the world. */
 int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log) {
-  if (deck->c.parallel.tp != 1) {
-    fm_deck_error(deck, world->rank == 0 ? stderr : NULL, FM_KEY_parallel_tp,
-                  "tensor parallelism is not implemented in this version: use 1");
-    return FM_EDECK;
-  }
+  (void)world;
   FmMesh mesh;
   int rc = fm_mesh_create(&mesh, (int)deck->c.parallel.tp, 0); /* training runs on the CPU backend */
   if (rc) return rc;
-  rc = train_on_dp(deck, mesh.dp_comm, log);
+  rc = train_on_dp(deck, mesh.dp_comm, mesh.tp_comm, log);
   fm_mesh_destroy(&mesh);
   return rc;
 }

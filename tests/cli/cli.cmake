@@ -42,9 +42,10 @@ fm_cli_test(check_gpt2_small RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2
 foreach(deck gpt2_nano llama_nano)
   fm_cli_test(check_${deck} RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/${deck}.in MATCH "== plan for 1 rank")
 endforeach()
-# Training builds the dp x tp mesh; tp > 1 is refused at the key until tensor parallelism lands.
-fm_cli_test(train_tp_refused RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in parallel%tp=2
-            MATCH "parallel tp" "tensor parallelism is not implemented")
+# Training builds the dp x tp mesh: a tp that does not divide the ranks is refused before any work
+# (tp > 1 training itself: regression.tp_*).
+fm_cli_test(train_tp_world RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in parallel%tp=2
+            MATCH "tp = 2 does not divide the 1 rank")
 # tp must divide n_kv_head (the nano Llama with 4 KV heads): the error names the valid values.
 fm_cli_test(check_tp_not_dividing_kv RC 2 CMD $<TARGET_FILE:fmhpc> --check --ranks 3 ${FM_IN}/llama_nano.in model%n_kv_head=4 parallel%tp=3
             MATCH "parallel tp" "4 key/value heads" "valid tp values are 1, 2, 4")

@@ -133,9 +133,12 @@ static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, co
     m->vx_scratch = fm_xmalloc((size_t)fm_vocab_xent_scratch(tp, N, C, V) * sizeof(float));
     fm_log0(
         "tensor parallel: tp = %d, rank 0 holds %lld of %lld parameters (heads %lld of %lld, d_ff %lld of %lld, "
-        "vocab rows %lld of %lld)",
+        "vocab rows %lld of %lld); vocab-parallel cross-entropy scratch %.1f MiB (at most %lld x %lld logits, "
+        "never the %lld x %lld of the whole vocabulary), tp sum scratch %.1f MiB",
         P, (long long)m->params.numel, (long long)m->cparams.numel, (long long)d->NH, (long long)cpd->NH,
-        (long long)d->F, (long long)cpd->F, (long long)V, (long long)cpd->V);
+        (long long)d->F, (long long)cpd->F, (long long)V, (long long)cpd->V, mib(fm_vocab_xent_scratch(tp, N, C, V), 4),
+        (long long)N, (long long)(V < 2048 ? V : 2048), (long long)N, (long long)cpd->V,
+        mib(fm_comm_sum_ordered_scratch(tp, N * C), 4));
   }
 
   m->w_out = fm_model_param(m, d->tied ? "wte" : "lm_head");

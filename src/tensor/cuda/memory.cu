@@ -69,6 +69,17 @@ extern "C" int fm_cuda_device_count(int *count) {
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     n = 0;
+    /* A driver is loaded but older than the toolkit: the GPUs are there and
+     * unusable, which a user must hear (once); no driver at all (a CPU node,
+     * CI) is the ordinary CPU fallback and stays quiet. */
+    static int told = 0;
+    int drv = 0;
+    if (e == cudaErrorInsufficientDriver && !told && cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) {
+      char msg[512];
+      fm_cuda_msg_driver(msg, (int)sizeof msg, drv, CUDART_VERSION);
+      fm_warn0("%s", msg);
+      told = 1;
+    }
   }
   if (count) *count = n;
   return n > 0 ? FM_OK : FM_ENODEV;

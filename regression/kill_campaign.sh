@@ -22,7 +22,8 @@
 #        rank; classified from what it left: before the first checkpoint (no
 #        `latest`, no .partial), mid-write (a latest.tmp or .partial newer than
 #        `latest`), commit (a step_N.h5 newer than `latest`) or mid-step.
-# A kill that lands after the run ended is redrawn (at most 3 times). Every
+# A kill that lands after the run ended is redrawn (at most 3 times) within
+# the time that run took (the machine's load changes). Every
 # run is bounded (timeout); a job still alive 60 s after a kill is a failure
 # (a hang). Prints "N of N identical" and the kill-point table; exit 0 only when
 # every trial is identical.
@@ -96,10 +97,11 @@ reap() {
 # 'rank'. Sets what: what was killed, 'ended' when the job was over first,
 # 'hang' when it did not end after the kill.
 kill_at() {
-  local delay=$1 victim=$2 t_end procs pids=() p n
-  t_end=$(echo "$(now) + $delay" | bc)
+  local delay=$1 victim=$2 t_end t_start procs pids=() p n
+  t_start=$(now)
+  t_end=$(echo "$t_start + $delay" | bc)
   while [ "$(echo "$(now) < $t_end" | bc)" = 1 ]; do
-    alive "$job" || { wait "$job" || true; what=ended; return; }
+    alive "$job" || { wait "$job" || true; what=ended ran=$(echo "$(now) - $t_start" | bc); return; }
     sleep 0.02
   done
   procs=$(ranks_of "$job")
@@ -177,12 +179,12 @@ for i in $(seq "$N"); do
   mkdir -p "$T"
   log=$T/log
   r=$((RANDOM % 100)) np=${NPS[$((RANDOM % ${#NPS[@]}))]} np2=${NPS[$((RANDOM % ${#NPS[@]}))]}
-  store=$W/store envs=() kind= landed=
+  store=$W/store envs=() kind= landed= ran=
   if [ $r -lt 12 ]; then
     kind=prep store=$T/store
     for attempt in 1 2 3; do
       rm -rf "$store"
-      delay=$(echo "scale=3; $((RANDOM % 1000)) * $PREP_T * 0.95 / 1000" | bc)
+      delay=$(echo "scale=3; $((RANDOM % 1000)) * ${ran:-$PREP_T} * 0.95 / 1000" | bc)
       start "$np" "$log" "${PREP[@]}" "prep%output='$store'"
       victim=rank
       [ $((RANDOM % 3)) != 0 ] || victim=launcher
@@ -206,7 +208,7 @@ for i in $(seq "$N"); do
     fi
     for attempt in 1 2 3; do
       rm -rf "$T/run"
-      delay=$(echo "scale=3; $((RANDOM % 1000)) * $TRAIN_T * 0.95 / 1000" | bc)
+      delay=$(echo "scale=3; $((RANDOM % 1000)) * ${ran:-$TRAIN_T} * 0.95 / 1000" | bc)
       [ "$kind" = random ] || delay=600
       # shellcheck disable=SC2046
       env "${envs[@]}" "$MPIEXEC" -n "$np" "$FMHPC" $(train_args "$store" "$T/run") >> "$log" 2>&1 &

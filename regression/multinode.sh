@@ -5,9 +5,9 @@
 #         same loss bits at every step and the same final weights (SHA-256 and
 #         model.safetensors).
 #   TP=2: tp 2 x dp 1 on one node and tp 2 (inside each node) x dp 2 (across
-#         two nodes) give the same bits. Until issue 13's sharded layers land,
-#         fmhpc refuses &parallel tp > 1: this case then says so and exits 77
-#         (reported as WAITS by suite.sh; ctest skip), never passes.
+#         two nodes) give the same bits. An fmhpc older than issue 13's
+#         tensor-parallel layers refuses &parallel tp > 1: this case then says
+#         so and exits 77 (WAITS in suite.sh's table), never passes.
 # Under regression/suite.sh MPIEXEC is regression/srun/mpiexec (srun, ranks
 # block-wise over the job's nodes, FMHPC_SRUN_NODES=1 for the one-node runs);
 # with 2+ nodes in the job the across-node runs must land on 2 distinct nodes

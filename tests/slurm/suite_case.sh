@@ -3,11 +3,10 @@
 # centre submits it, on the private 2-virtual-node cluster of cluster-up.sh:
 #   sbatch --wait --nodes=2 regression/suite.sh --short
 # The job must complete with exit 0 and print its pass/fail table with
-# prep_nano and multinode_dp2 PASS: the nano Llama at dp 2 across the two
+# prep_nano, multinode_dp2 and multinode_tp2_dp2 PASS: the nano Llama at dp 2 across the two
 # nodes (TCP between them) gives the same loss bits and weights as dp 2 on one
-# node and as 1 rank. multinode_tp2_dp2 (tp 2 inside each node x dp 2 across)
-# must PASS once fmhpc trains with tp > 1; until issue 13's sharded layers land
-# it is WAITS (fmhpc refuses tp > 1) and this test says so on every run.
+# node and as 1 rank; multinode_tp2_dp2 PASS: tp 2 inside each node x dp 2
+# across them gives the same bits as tp 2 on one node (ranks 2 per node).
 # Exit 77 (skip; a failure when CI=true) only when slurmctld or munged is not installed.
 set -euo pipefail
 source "$(dirname "$0")/../oracle.sh"
@@ -38,14 +37,8 @@ for c in prep_nano multinode_dp2; do
 done
 grep -q "across-node placement of 2 ranks: 1 n1 1 n2" "$jobdir/w/logs/multinode_dp2.log" ||
   fail "multinode_dp2's ranks were not one on each node: $(grep placement "$jobdir/w/logs/multinode_dp2.log")"
-if grep -Eq "^multinode_tp2_dp2 +PASS " "$o"; then
-  grep -q "across-node placement of 4 ranks: 2 n1 2 n2" "$jobdir/w/logs/multinode_tp2_dp2.log" ||
-    fail "multinode_tp2_dp2's ranks were not two on each node"
-  echo "tp 2 inside each node x dp 2 across nodes: the same bits as tp 2 on one node"
-elif grep -Eq "^multinode_tp2_dp2 +WAITS " "$o"; then
-  echo "NOTE: tp 2 x dp 2 across nodes WAITS on issue 13's tensor-parallel layers (fmhpc refuses tp > 1);"
-  echo "      this test covers dp 2 across nodes at tp 1 until then"
-else
-  fail "multinode_tp2_dp2 neither PASS nor WAITS"
-fi
+grep -Eq "^multinode_tp2_dp2 +PASS " "$o" || fail "multinode_tp2_dp2 did not PASS (tp 2 inside each node x dp 2 across)"
+grep -q "across-node placement of 4 ranks: 2 n1 2 n2" "$jobdir/w/logs/multinode_tp2_dp2.log" ||
+  fail "multinode_tp2_dp2's ranks were not two on each node: $(grep placement "$jobdir/w/logs/multinode_tp2_dp2.log")"
+echo "tp 2 inside each node x dp 2 across nodes: the same bits as tp 2 on one node"
 echo "PASS: slurm.suite_short ($(( $(date +%s) - t0 )) s)"

@@ -24,7 +24,9 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 fi
 cmake --build "$build" -j2 --target $(printf 'fuzz_%s ' "$@") >/dev/null
 secs=$(awk -v m="$minutes" 'BEGIN { printf "%d", m * 60 }')
-export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1
+# LeakSanitizer: Open MPI/PMIx keep allocations until exit (h5attrs initialises MPI)
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 OMP_NUM_THREADS=1 \
+  LSAN_OPTIONS=suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0
 
 one() {
   local h=$1 work="$build/tests/fuzz/work/$1"

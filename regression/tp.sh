@@ -6,12 +6,13 @@
 #           holds one each) at tp = 1, 2, 4 (dp = 1): every step's loss within
 #           a relative 1e-5 of tp = 1 (fp32: tp regroups the sums of the
 #           row-parallel layers, the vocab-parallel softmax and the embedding
-#           gradient); tp = 2 again: the same bits (losses, weights SHA-256);
+#           gradient); tp = 2 and tp = 4 again: the same bits (losses, weights SHA-256);
 #           dp 2 x tp 2: the same bits as dp 1 x tp 2 (the exact dp reduction
 #           runs per tp shard), its HF export byte for byte; it checkpoints at
 #           step 5 for the resume case (fixture).
 #   gpt2    the nano GPT-2 (fused qkv, biases, tied LM head) at tp = 1, 2, 4:
-#           losses within a relative 1e-5, tp = 4 again the same bits.
+#           losses within a relative 1e-5, tp = 2 and tp = 4 again the same bits
+#           (tp = 1 run to run is regression.determinism's).
 #   resume  the dp 2 x tp 2 checkpoint of step 5 (canonical tensors: h5py
 #           checks /params/wte is (50257, 128)) resumed at dp 1 x tp 2: steps
 #           6-10 and the weights are the uninterrupted run's bits; at tp = 1
@@ -70,11 +71,13 @@ llama)
   run l_tp2 2 llama_nano "${L[@]}" parallel%tp=2
   run l_tp2_again 2 llama_nano "${L[@]}" parallel%tp=2
   run l_tp4 4 llama_nano "${L[@]}" parallel%tp=4
+  run l_tp4_again 4 llama_nano "${L[@]}" parallel%tp=4
   run l_dp2tp2 4 llama_nano "${L[@]}" parallel%tp=2 ckpt%every=5
   tp_of l_tp2 1 2; tp_of l_tp4 1 4; tp_of l_dp2tp2 2 2
   near l_tp1 l_tp2 "llama tp 2 vs tp 1"
   near l_tp1 l_tp4 "llama tp 4 vs tp 1"
   same l_tp2 l_tp2_again "llama tp 2 run to run"
+  same l_tp4 l_tp4_again "llama tp 4 run to run"
   same l_tp2 l_dp2tp2 "llama dp 2 x tp 2 vs dp 1 x tp 2"
   cmp "$Z/l_tp2/final/model.safetensors" "$Z/l_dp2tp2/final/model.safetensors" ||
     { echo "FAIL: the HF exports of dp 1 x tp 2 and dp 2 x tp 2 differ"; exit 1; }
@@ -83,11 +86,13 @@ llama)
 gpt2)
   run g_tp1 1 gpt2_nano
   run g_tp2 2 gpt2_nano parallel%tp=2
+  run g_tp2_again 2 gpt2_nano parallel%tp=2
   run g_tp4 4 gpt2_nano parallel%tp=4
   run g_tp4_again 4 gpt2_nano parallel%tp=4
   tp_of g_tp2 1 2; tp_of g_tp4 1 4
   near g_tp1 g_tp2 "gpt2 tp 2 vs tp 1"
   near g_tp1 g_tp4 "gpt2 tp 4 vs tp 1"
+  same g_tp2 g_tp2_again "gpt2 tp 2 run to run"
   same g_tp4 g_tp4_again "gpt2 tp 4 run to run"
   ;;
 resume)

@@ -787,12 +787,25 @@ void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...)
   FmStr v;
   fm_str_init(&v);
   fmt_values(&v, &d->c, key_id);
-  put_where(err, o->file, o->line, o->col);
-  fprintf(err, "&%s %s = %s: ", ki->group, ki->name, v.s);
+  /* One write of the whole message: under a launcher, stdout's log lines and
+   * stderr reach the job's output through separate pipes, and a message
+   * written in pieces can be split by a log line (faults.messages saw it). */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  FILE *to = m ? m : err;
+  put_where(to, o->file, o->line, o->col);
+  fprintf(to, "&%s %s = %s: ", ki->group, ki->name, v.s);
   va_list ap;
   va_start(ap, fmt);
-  fm_vsay(err, NULL, fmt, ap);
+  fm_vsay(to, NULL, fmt, ap);
   va_end(ap);
+  if (m) {
+    fclose(m);
+    fwrite(buf, 1, len, err);
+    free(buf);
+  }
+  fflush(err);
   fm_str_free(&v);
 }
 

@@ -21,21 +21,7 @@
 #include "emu/simt.h"
 #include "fmhpc/backend.h"
 
-#define FM__SIMT_DECL_cuda(name, ret, params) ret fm_simt_##name params;
-#define FM__SIMT_DECL_nocuda(name, ret, params)
-#define FM_OP(name, cuda, use, ret, params) FM__SIMT_DECL_##cuda(name, ret, params)
-#include "fmhpc/ops.def"
-#undef FM_OP
-
-#define FM__SIMT_SLOT_cuda(name)   .name = fm_simt_##name,
-#define FM__SIMT_SLOT_nocuda(name) .name = NULL,
-static const FmBackend emu = {
-    .name = "cuda (emulated)",
-    .host_accessible = 0,
-#define FM_OP(name, cuda, use, ret, params) FM__SIMT_SLOT_##cuda(name)
-#include "fmhpc/ops.def"
-#undef FM_OP
-};
+#include "emu_backend.h"
 
 int fmhpc_main(int argc, char **argv);
 

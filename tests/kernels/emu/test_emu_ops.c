@@ -32,25 +32,8 @@
 #include "fmhpc/optim.h"
 #include "fmhpc/tensor.h"
 
-/* ---- the emulated ops: fm_simt_<op> for every op ops.def marks `cuda` ---------- */
-#define FM__SIMT_DECL_cuda(name, ret, params) ret fm_simt_##name params;
-#define FM__SIMT_DECL_nocuda(name, ret, params)
-#define FM_OP(name, cuda, use, ret, params) FM__SIMT_DECL_##cuda(name, ret, params)
-#include "fmhpc/ops.def"
-#undef FM_OP
-
-/* The emulated CUDA table, generated from ops.def as backend.c generates the
- * real one: each fm_simt_* op in its FmBackend slot (a signature that differs
- * from the CPU op's does not compile under -Werror), NULL where ops.def says
- * nocuda. */
-#define FM__SIMT_SLOT_cuda(name)   .name = fm_simt_##name,
-#define FM__SIMT_SLOT_nocuda(name) .name = NULL,
-static const FmBackend emu = {
-    .name = "cuda (emulated)",
-#define FM_OP(name, cuda, use, ret, params) FM__SIMT_SLOT_##cuda(name)
-#include "fmhpc/ops.def"
-#undef FM_OP
-};
+/* ---- the emulated CUDA table (emu_backend.h) -------------------------------------- */
+#include "emu_backend.h"
 static const FmBackend *cpu(void) { return fm_backend_cpu(); }
 
 enum { NSCHED = 3 };

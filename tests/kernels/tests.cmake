@@ -35,7 +35,36 @@ target_compile_options(fm_simt_kernels PRIVATE ${FM_SIMT_CXX_FLAGS} -O1)
 set_target_properties(fm_simt_kernels PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF)
 target_link_libraries(fm_simt_kernels PUBLIC fm_simt)
 
+# fm_nccl_emu: the CUDA runtime calls and NCCL collectives of kernels/emu/fake/
+# on host memory over MPI (nccl_emu.c), and src/runtime/comm_nccl.c compiled a
+# second time with FMHPC_HAVE_CUDA against those headers, so that its bootstrap,
+# ops and error paths run here. An OBJECT library: its objects go into each
+# program directly and replace fmhpc_lib's comm_nccl.o (the stubs of a build
+# without CUDA, or the real NCCL one) in fmhpc_emu and the tests below.
+set(FM_EMU_FAKE ${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/fake)
+add_library(fm_nccl_emu OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/nccl_emu.c
+                               ${PROJECT_SOURCE_DIR}/src/runtime/comm_nccl.c)
+target_include_directories(fm_nccl_emu BEFORE PRIVATE ${FM_EMU_FAKE})
+target_compile_definitions(fm_nccl_emu PRIVATE FMHPC_HAVE_CUDA=1)
+target_compile_options(fm_nccl_emu PRIVATE ${FMHPC_C_FLAGS})
+target_link_libraries(fm_nccl_emu PRIVATE fmhpc_lib)
+
 file(GLOB emu_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/test_*.c)
+list(FILTER emu_tests EXCLUDE REGEX "/test_emu_nccl\\.c$")
+# Every FmComm op over the emulated NCCL against the MPI communicator, bitwise,
+# at 1, 2 and 4 ranks; the error paths; the mesh's NCCL communicators.
+fm_add_test_file(${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/test_emu_nccl.c MPI NP 1 2 4 LABEL emu LIBS fm_nccl_emu)
+target_include_directories(test_emu_nccl BEFORE PRIVATE ${FM_EMU_FAKE})
+# The GPU test of comm_nccl.c (label gpu) itself, on the emulated device.
+add_executable(test_cuda_nccl_emu ${CMAKE_CURRENT_SOURCE_DIR}/kernels/test_cuda_nccl.c
+                                  ${CMAKE_CURRENT_SOURCE_DIR}/fm_test_main.c)
+target_include_directories(test_cuda_nccl_emu BEFORE PRIVATE ${FM_EMU_FAKE})
+target_compile_definitions(test_cuda_nccl_emu PRIVATE FMHPC_HAVE_CUDA=1)
+target_compile_options(test_cuda_nccl_emu PRIVATE ${FMHPC_C_FLAGS})
+target_link_libraries(test_cuda_nccl_emu PRIVATE fm_test fm_nccl_emu)
+add_test(NAME test_cuda_nccl_emu.nccl_one_rank_every_op COMMAND test_cuda_nccl_emu nccl_one_rank_every_op)
+set_tests_properties(test_cuda_nccl_emu.nccl_one_rank_every_op PROPERTIES LABELS emu ENVIRONMENT "${FMHPC_TEST_ENV}"
+                     SKIP_RETURN_CODE 77)
 foreach(t IN LISTS emu_tests)
   fm_add_test_file(${t} LABEL emu LIBS fm_simt_kernels)
   get_filename_component(base ${t} NAME_WE)
@@ -50,7 +79,7 @@ file(CONFIGURE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/simt/fmhpc_main.c
 add_executable(fmhpc_emu ${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/fmhpc_emu.c ${CMAKE_CURRENT_BINARY_DIR}/simt/fmhpc_main.c)
 target_compile_options(fmhpc_emu PRIVATE ${FMHPC_C_FLAGS})
 target_include_directories(fmhpc_emu PRIVATE ${FM_SIMT_DIR})
-target_link_libraries(fmhpc_emu PRIVATE fmhpc_lib fm_simt_kernels)
+target_link_libraries(fmhpc_emu PRIVATE fmhpc_lib fm_simt_kernels fm_nccl_emu)
 set_target_properties(fmhpc_emu PROPERTIES LINKER_LANGUAGE CXX)
 set(FM_EMU_TRAIN_WORK ${PROJECT_BINARY_DIR}/tests/kernels/emu_train)
 foreach(case IN ITEMS data llama gpt2 llama_bf16 paths)

@@ -96,7 +96,13 @@ typedef struct FmCkptState {
    * fills it; "" for a checkpoint older than run ids). Retention and
    * resume='auto' consider only checkpoints of one run id. */
   char run_id[FM_CKPT_RUN_ID_LEN];
-  char *deck_read;       /* read: the stored deck (malloc'd, the caller frees; NULL when the file has none) */
+  char *deck_read; /* read: the stored deck (malloc'd, the caller frees; NULL when the file has none) */
+  /* write: the backend's pinned GEMM plans (gemm_plans_record: the device
+   * and toolkit that chose them, one line per plan), rank 0's text stored as
+   * the gemm_plans attribute; NULL or "" (CPU) writes none. read: that text
+   * (malloc'd, the caller frees; NULL when the file has none). */
+  const char *gemm_plans;
+  char *gemm_plans_read;
   /* read: the file's /reduce/amax_prev has another block count than the
    * table's (written at another tensor-parallel layout: the scales are cut
    * per tp shard): it is not loaded and the table's scales are kept. */

@@ -428,6 +428,8 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
   fm_comm_bcast_str(h->comm, &host, 0);
   fm_comm_bcast_str(h->comm, &cpu, 0);
   fm_comm_bcast_str(h->comm, &mpiv, 0);
+  char *plans = h->comm->rank == 0 && s->gemm_plans && s->gemm_plans[0] ? fm_xstrdup(s->gemm_plans) : NULL;
+  fm_comm_bcast_str(h->comm, &plans, 0); /* one value on every rank (a NULL stays NULL everywhere) */
   unsigned maj = 0, min = 0, rel = 0;
   H5get_libversion(&maj, &min, &rel);
   char h5v[64];
@@ -454,7 +456,9 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
          attr_str(root, "git", FMHPC_GIT_REV) | attr_str(root, "hdf5_version", h5v) |
          attr_str(root, "mpi_version", mpiv) | attr_str(root, "host", host) | attr_str(root, "cpu", cpu) |
          attr_vlstr(root, "deck", s->deck_text);
+  if (!rc && plans) rc = attr_vlstr(root, "gemm_plans", plans);
   if (root >= 0) H5Gclose(root);
+  free(plans);
   free(host);
   free(cpu);
   free(mpiv);
@@ -484,6 +488,8 @@ static int read_run_state(H5 *h, FmCkptState *s) {
   if (!rc && H5Aexists(root, "run_id") > 0) rc = attr_read_str(root, "run_id", s->run_id, sizeof s->run_id);
   free(s->deck_read);
   s->deck_read = root >= 0 ? attr_read_vlstr(root, "deck") : NULL;
+  free(s->gemm_plans_read);
+  s->gemm_plans_read = root >= 0 ? attr_read_vlstr(root, "gemm_plans") : NULL;
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint or its run-state attributes are unreadable", h->path);
@@ -707,7 +713,8 @@ static double ckpt_bytes(const FmCkptState *s) {
                                    ? (double)s->dist.params->numel * 4.0
                                    : (double)e->n * (e->layout == FM_DIST_WHOLE_F64 ? 8.0 : 4.0));
   }
-  return need + (s->deck_text ? (double)strlen(s->deck_text) : 0.0);
+  return need + (s->deck_text ? (double)strlen(s->deck_text) : 0.0) +
+         (s->gemm_plans ? (double)strlen(s->gemm_plans) : 0.0);
 }
 
 static double free_bytes(const char *dir) {

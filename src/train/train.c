@@ -611,6 +611,7 @@ static int resume_tp(Run *r, FmCkptState *s, FILE *err, char *loaded, size_t n) 
   if (w[0] != -w[1]) { /* a file one tp group could read and another not */
     if (err) fprintf(err, "fmhpc: resume: the tensor-parallel ranks disagree about %s\n", r->ckpt_dir);
     free(cs.deck_read);
+    free(cs.gemm_plans_read);
     fm_dist_canon_free(&c);
     return FM_ECKPT;
   }
@@ -623,12 +624,40 @@ static int resume_tp(Run *r, FmCkptState *s, FILE *err, char *loaded, size_t n) 
   return rc;
 }
 
+/* A checkpoint's GEMM plans (its gemm_plans attribute) pinned again before
+ * the first step, so the resumed run computes with the algorithms the run
+ * before it used; what could not be pinned is a warning naming the shape
+ * and the algorithm chosen instead (gemm_plans_pin). */
+static void pin_gemm_plans(Run *r, const char *recorded) {
+  if (!recorded || !recorded[0] || !r->be->gemm_plans_pin) return;
+  const int64_t cap = 65536;
+  char *report = fm_xmalloc((size_t)cap);
+  const int pinned = r->be->gemm_plans_pin(recorded, report, cap);
+  const char *nl = strchr(recorded, '\n');
+  if (pinned < 0)
+    fm_log0("resume: the checkpoint's GEMM plans (%.*s) do not apply to backend %s", nl ? (int)(nl - recorded) : 0,
+            recorded, r->be->name);
+  else
+    fm_log0("resume: %d GEMM plans pinned again from the checkpoint (%.*s)", pinned, nl ? (int)(nl - recorded) : 0,
+            recorded);
+  for (char *line = report, *e; pinned >= 0 && *line; line = e + 1) {
+    e = strchr(line, '\n');
+    if (!e) break;
+    *e = '\0';
+    fm_warn0("resume: %s", line);
+  }
+  free(report);
+}
+
 /* &ckpt resume: returns the step to start from (0: fresh), or an FM_E* < 0. */
 static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   FmCkptState s = ckpt_state(r, 0);
   int rc = r->tp->size > 1 ? resume_tp(r, &s, err, loaded, n)
                            : fm_ckpt_resume(r->c->ckpt.resume, r->ckpt_dir, &s, r->dp, err, loaded, n);
-  if (rc != 0) free(s.deck_read);
+  if (rc != 0) {
+    free(s.deck_read);
+    free(s.gemm_plans_read);
+  }
   if (rc < 0) return rc;
   if (rc == 0 && s.scales_skipped && r->tp->size == 1)
     fm_log0("resume: the checkpoint was written at another tp: the exact reduction's block scales start fresh");
@@ -642,6 +671,8 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   }
   rc = fm_train_resume_compat(r->deck, s.deck_read, loaded, s.step, err, &r->resume_changes);
   free(s.deck_read);
+  if (!rc) pin_gemm_plans(r, s.gemm_plans_read);
+  free(s.gemm_plans_read);
   if (rc) return rc;
   fm_sampler_resume(&r->sampler, s.step, s.samples);
   FM_CHECK(fm_reduce_allgather(&r->red, r->wh)); /* every rank read only its shard */
@@ -659,6 +690,13 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
 
 static int save(Run *r, int64_t step, FILE *err) {
   FmCkptState s = ckpt_state(r, step);
+  char *plans = NULL; /* the pinned GEMM plans, recorded for a resume (CUDA) */
+  const int64_t need = r->be->gemm_plans_record ? r->be->gemm_plans_record(NULL, 0) : 0;
+  if (need > 0) {
+    plans = fm_xmalloc((size_t)need + 1);
+    r->be->gemm_plans_record(plans, need + 1);
+    s.gemm_plans = plans;
+  }
   char path[4300];
   const double t0 = fm_now_s();
   FmDistCanon c;
@@ -673,6 +711,7 @@ static int save(Run *r, int64_t step, FILE *err) {
     fm_dist_canon_free(&c);
   }
   if (!rc && r->tp->rank == 0) fm_ckpt_log_written(path, fm_now_s() - t0);
+  free(plans);
   return rc;
 }
 

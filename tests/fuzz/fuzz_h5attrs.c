@@ -232,6 +232,7 @@ static void ck_setup(void) {
     abort();
   }
   free(r.s.deck_read);
+  free(r.s.gemm_plans_read);
   fm_spike_free(&r.spike);
 }
 
@@ -266,6 +267,7 @@ static int checkpoint(In *in) {
     abort();
   }
   free(c.s.deck_read);
+  free(c.s.gemm_plans_read);
   fm_spike_free(&c.spike);
   return 0;
 }

@@ -10,6 +10,12 @@
 #   paths  the fast (fp32) reduction (GPT-2) and Sophia-G with &parallel zero = 0
 #          (Llama; its Hessian pass runs the model's logits and a second
 #          backward on the device) at 2 ranks: losses within 1e-6 of the CPU's
+#   plans  (Llama, 1 rank) the checkpoint's gemm_plans attribute (read with
+#          h5py) holds the device line and the plans the run logged; a resume
+#          under a heuristic that now chooses otherwise (FMHPC_EMU_GEMM_HEURISTIC)
+#          pins the recorded algorithms (its step-3 checkpoint records step 2's);
+#          a planted algorithm id not offered and a planted other device are
+#          warnings naming the shape and what was chosen instead
 #   gpt2   tiny GPT-2 (tied embeddings), AdamW; each 3 steps of 4 sequences
 #          in micro-batches of 1, exact reduction, and a validation pass:
 #     - the CPU backend's losses (3 steps and validation) within 1e-6
@@ -86,6 +92,102 @@ sys.exit(0 if rel <= 1e-6 else "FAIL: beyond 1e-6")
 PY
   done
   echo "PASS: paths"
+  exit 0
+fi
+
+if [ "$case_" = plans ]; then # the pinned GEMM plans in a checkpoint, pinned again at a resume
+  D=$WORK/plans
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" model%n_head=4 model%n_kv_head=2 model%d_ff=64 model%tie_embeddings=F
+        "${common[@]}" "train%backend='cuda'")
+  prun() { # prun NAME [ARGS...]: one rank on the emulated device, into $D/NAME.log
+    local name=$1
+    shift
+    timeout -k 5 240 "$MPIEXEC" -n 1 "$EMU" "${args[@]}" "run%out_dir='$D/$name'" "$@" > "$D/$name.log" \
+      2> "$D/$name.err" || { local rc=$?; cat "$D/$name.err"; return $rc; }
+  }
+  rc=0 # preempted after step 2: its checkpoint holds the plans step 1 pinned
+  FMHPC_CKPT_TEST_SIGNAL_AT=2 prun ck2 "ckpt%dir='$D/ck'" || rc=$?
+  [ "$rc" = 3 ] || { tail -30 "$D/ck2.log"; fail "ck2: exit $rc, expected 3 (preempted after step 2)"; }
+  cp -r "$D/ck" "$D/ck_algo" && cp -r "$D/ck" "$D/ck_dev"
+  # a fresh run whose heuristic chooses otherwise (FMHPC_EMU_GEMM_HEURISTIC shifts the emulated one)
+  FMHPC_EMU_GEMM_HEURISTIC=7 prun shifted train%steps=1 || { tail -20 "$D/shifted.log"; fail "shifted did not run"; }
+  # the resume under that heuristic: the checkpoint's algorithms are pinned again, step 3 is written with them
+  FMHPC_EMU_GEMM_HEURISTIC=7 prun res ckpt%every=1 "ckpt%dir='$D/ck'" "ckpt%resume='auto'" ||
+    { tail -20 "$D/res.log"; fail "res did not run"; }
+  # planted mismatches: an algorithm id the library does not offer; another device
+  FMHPC_EMU_GEMM_HEURISTIC=7 /usr/bin/python3 - "$D" <<'PY'
+import glob, h5py, re, sys
+d = sys.argv[1]
+for which in ("ck_algo", "ck_dev"):
+    (path,) = glob.glob(f"{d}/{which}/step_*2.h5")
+    with h5py.File(path, "r+") as f:
+        lines = f.attrs["gemm_plans"].splitlines()
+        if which == "ck_algo":
+            lines[2] = re.sub(r"algo=\d+", "algo=99", lines[2])
+        else:
+            lines[0] = "device: NVIDIA H200 (sm_90), CUDA runtime 12080, cuBLASLt 120803"
+        f.attrs["gemm_plans"] = "\n".join(lines) + "\n"
+PY
+  FMHPC_EMU_GEMM_HEURISTIC=7 prun bad_algo ckpt%every=0 "ckpt%dir='$D/ck_algo'" "ckpt%resume='auto'" ||
+    { tail -20 "$D/bad_algo.log"; fail "bad_algo did not run"; }
+  FMHPC_EMU_GEMM_HEURISTIC=7 prun bad_dev ckpt%every=0 "ckpt%dir='$D/ck_dev'" "ckpt%resume='auto'" ||
+    { tail -20 "$D/bad_dev.log"; fail "bad_dev did not run"; }
+  /usr/bin/python3 - "$D" <<'PY'
+import glob, h5py, re, sys
+d = sys.argv[1]
+def attr(path):
+    with h5py.File(path, "r") as f:
+        v = f.attrs["gemm_plans"]
+    return v.decode() if isinstance(v, bytes) else v
+def plans(text):  # shape -> algorithm, from plan lines (a log's or an attribute's)
+    out = {}
+    for m in re.finditer(r"^gemm \d+: (\S+ \S+ m=.*? ldc=\d+) (algo=.*?) workspace=", text, re.M):
+        out[m.group(1)] = m.group(2)
+    return out
+bad = 0
+def check(ok, what):
+    global bad
+    print(("ok: " if ok else "FAIL: ") + what)
+    bad += not ok
+(s2,) = glob.glob(f"{d}/ck/step_*2.h5")
+(s3,) = glob.glob(f"{d}/ck/step_*3.h5")
+rec2, rec3 = attr(s2), attr(s3)
+p2, p3 = plans(rec2), plans(rec3)
+logged = plans(open(f"{d}/ck2.log").read())
+shifted = plans(open(f"{d}/shifted.log").read())
+res_log, res_err = open(f"{d}/res.log").read(), open(f"{d}/res.err").read()
+print(rec2.splitlines()[0], f"({len(p2)} plans)")
+check(rec2.startswith("device: SIMT emulator (host GEMM), CUDA runtime emulated, cuBLASLt emulated"),
+      "step 2's gemm_plans attribute names the device and toolkit")
+check(len(p2) >= 4 and p2 == logged, f"step 2 records the {len(logged)} plans the run logged")
+differ = sum(shifted.get(k) != v for k, v in p2.items())
+check(differ > 0, f"the shifted heuristic chooses otherwise for {differ} of {len(p2)} shapes (fresh run)")
+check(p3 == p2, "the resumed run (same shifted heuristic) wrote step 3 with step 2's algorithms")
+check(re.search(rf"^resume: {len(p2)} GEMM plans pinned again from the checkpoint \(device: SIMT emulator", res_log,
+                re.M) is not None, f"res: 'resume: {len(p2)} GEMM plans pinned again' logged")
+check(re.search("warning: resume: .*GEMM", res_err) is None, "res: no plan warning")
+al = open(f"{d}/bad_algo.err").read()
+shape = r"(\S+ \S+ m=\S+ n=\S+ k=\S+ lda=\S+ ldb=\S+ ldc=\d+)"
+m = re.search(r"warning: resume: GEMM " + shape + r": the checkpoint's plan \(algo=99 .*?\) is not used: its algorithm id is not offered by this cuBLASLt; chose (algo=\d+ .*?) instead", al)
+check(m is not None and len(re.findall(r"warning: resume: GEMM", al)) == 1,
+      "bad_algo: one warning naming the shape and the algorithm chosen instead")
+if m:
+    print("   ", m.group(0))
+    check(shifted.get(m.group(1)) == m.group(2), "bad_algo: the algorithm chosen instead is the heuristic's")
+check(re.search(rf"^resume: {len(p2) - 1} GEMM plans pinned again", open(f"{d}/bad_algo.log").read(), re.M),
+      f"bad_algo: the other {len(p2) - 1} plans pinned")
+dv = open(f"{d}/bad_dev.err").read()
+check("warning: resume: the checkpoint's GEMM plans were chosen on another device or toolkit (NVIDIA H200 (sm_90), "
+      "CUDA runtime 12080, cuBLASLt 120803; this run: SIMT emulator" in dv and
+      "): cuBLASLt's heuristic chooses again, and a plan that differs is named below" in dv,
+      "bad_dev: the other device is named")
+nd = len(re.findall(r"warning: resume: GEMM .*: the checkpoint's plan .* is not used: another device or toolkit; "
+                    r"chose algo=", dv))
+check(nd == differ, f"bad_dev: {nd} shapes named where the heuristic chose otherwise (expected {differ})")
+sys.exit(f"FAIL: {bad} check(s)" if bad else 0)
+PY
+  echo "PASS: plans"
   exit 0
 fi
 

@@ -65,6 +65,7 @@ static void fix_init(Fix *f, int P, int rank, int64_t step, int fill) {
 
 static void fix_free(Fix *f) {
   free(f->s.deck_read); /* a read's copy of the stored deck (ckpt.h: the caller frees) */
+  free(f->s.gemm_plans_read);
   free(f->w);
   free(f->m);
   free(f->v);

@@ -25,6 +25,12 @@ int64_t fm_cpu_gemm_plans_text(char *buf, int64_t cap) {
   if (buf && cap > 0) buf[0] = '\0';
   return 0;
 }
+int64_t fm_cpu_gemm_plans_record(char *buf, int64_t cap) { return fm_cpu_gemm_plans_text(buf, cap); }
+int fm_cpu_gemm_plans_pin(const char *recorded, char *report, int64_t cap) {
+  (void)recorded;
+  if (report && cap > 0) report[0] = '\0';
+  return -1;
+}
 
 /* Grow-once buffers: sized by the largest GEMM operand the step asks for, so
  * the first step allocates and later steps do not (STYLE rule 8). Ops run

@@ -23,12 +23,20 @@
  * the same bits run to run. Split-K reductions "in place" in the output
  * (which may use atomics) are excluded. The plans are kept (at most
  * FM__GEMM_PLANS) and listed by fm_cuda_gemm_plans for the run log and the
- * checkpoint.
+ * checkpoint: gemm_plans_record is the text a checkpoint stores (a device
+ * line: name, CUDA runtime and cuBLASLt versions, then one line per plan),
+ * and gemm_plans_pin, at a resume, makes the recorded shapes' plans with the
+ * recorded algorithms (cublasLtMatmulAlgoInit + the recorded configuration,
+ * checked by cublasLtMatmulAlgoCheck), so a resumed run computes with the
+ * algorithms the run before it used even where the heuristic would now choose
+ * another; another device or toolkit, or an algorithm this cuBLASLt does not
+ * offer or accept, is reported per shape with what was chosen instead.
  * Under the emulator (FM_SIMT) the same wrapper packs the bf16 operands with
  * the same kernel and computes the same column-major product on the host
  * (fp32 sums, k increasing), so every call's layouts, transposes and leading
  * dimensions are tested against the CPU op (tests/kernels/emu); its plans
- * record the shape with algorithm -1 (host GEMM). The bias (fwd) is a kernel
+ * carry fake algorithm ids (fm__emu_heuristic) so that recording and
+ * re-pinning them is tested too. The bias (fwd) is a kernel
  * after the GEMM, as on the CPU; dbias uses fixed-grid column partials (no
  * atomics). The CPU op sums in OpenBLAS's order: the results agree within
  * the stated GEMM tolerance, not bitwise. */
@@ -119,6 +127,51 @@ static FmGemmPlan *fm__gemm_find(int bf16, int ta, int tb, int64_t m, int64_t n,
   return p; /* the caller fills it in and counts it */
 }
 
+/* A plan's shape and its algorithm as the log and the checkpoint spell them
+ * (fm_cuda_gemm_plans_text; fm__plan_parse reads them back). */
+static void fm__plan_shape(const FmGemmPlanInfo *q, char *buf, size_t n) {
+  snprintf(buf, n, "%s %c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld", q->bf16 ? "bf16" : "fp32",
+           q->ta ? 'T' : 'N', q->tb ? 'T' : 'N', (long long)q->m, (long long)q->n, (long long)q->k, (long long)q->lda,
+           (long long)q->ldb, (long long)q->ldc);
+}
+static void fm__plan_algo(const FmGemmPlanInfo *q, char *buf, size_t n) {
+  snprintf(buf, n, "algo=%lld tile=%lld stages=%lld splitk=%lld reduction=%lld swizzle=%lld custom=%lld",
+           (long long)q->algo_id, (long long)q->tile, (long long)q->stages, (long long)q->splitk,
+           (long long)q->reduction, (long long)q->swizzle, (long long)q->custom);
+}
+static int fm__plan_same_algo(const FmGemmPlanInfo *a, const FmGemmPlanInfo *b) {
+  return a->algo_id == b->algo_id && a->tile == b->tile && a->stages == b->stages && a->splitk == b->splitk &&
+         a->reduction == b->reduction && a->swizzle == b->swizzle && a->custom == b->custom;
+}
+
+#ifdef FM_SIMT
+/* The emulated cuBLASLt has no algorithms; so that recording and re-pinning
+ * them is exercised, it offers FM__EMU_ALGOS fake ids and its "heuristic"
+ * picks one (and a tile and a stage count) from a hash of the shape, shifted
+ * by FMHPC_EMU_GEMM_HEURISTIC=N (tests: a heuristic that now chooses
+ * otherwise, as another cuBLASLt version might). Every choice computes the
+ * same host GEMM. */
+#define FM__EMU_ALGOS 24
+static void fm__emu_heuristic(FmGemmPlanInfo *q) {
+  const char *e = getenv("FMHPC_EMU_GEMM_HEURISTIC");
+  uint64_t h = 1469598103934665603ull + (uint64_t)(e ? atoll(e) : 0);
+  const int64_t v[9] = {q->bf16, q->ta, q->tb, q->m, q->n, q->k, q->lda, q->ldb, q->ldc};
+  for (int i = 0; i < 9; i++) h = (h ^ (uint64_t)v[i]) * 1099511628211ull;
+  q->algo_id = (int64_t)(h % FM__EMU_ALGOS);
+  q->tile = (int64_t)((h >> 8) % 16), q->stages = (int64_t)((h >> 16) % 8);
+  q->splitk = 1, q->reduction = 0, q->swizzle = 0, q->custom = 0, q->workspace = 0;
+}
+/* Pin w's algorithm on p if the emulated library offers it. */
+static const char *fm__emu_pin(FmGemmPlanInfo *q, const FmGemmPlanInfo *w) {
+  if (w->algo_id < 0 || w->algo_id >= FM__EMU_ALGOS) return "its algorithm id is not offered by this cuBLASLt";
+  if (w->tile < 0 || w->tile >= 16 || w->stages < 0 || w->stages >= 8 || w->splitk != 1 || w->reduction != 0)
+    return "cuBLASLt rejects its configuration for this shape";
+  q->algo_id = w->algo_id, q->tile = w->tile, q->stages = w->stages, q->splitk = w->splitk;
+  q->reduction = w->reduction, q->swizzle = w->swizzle, q->custom = w->custom, q->workspace = 0;
+  return NULL;
+}
+#endif
+
 #ifdef FM_SIMT
 /* The host GEMM: fp32 or bf16 operands (already rounded and packed by the
  * kernel above), fp32 sums with k increasing, then alpha and beta C. */
@@ -155,7 +208,10 @@ extern "C" void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, flo
   const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
   /* as on the device: the plan holds the leading dimensions cuBLASLt gets */
   FmGemmPlan *p = fm__gemm_find(bf16, ta, tb, m, n, k, bf16 ? ar : lda, bf16 ? br : ldb, ldc);
-  if (p == &fm__plans[fm__nplans]) fm__nplans++;
+  if (p == &fm__plans[fm__nplans]) {
+    fm__emu_heuristic(&p->info);
+    fm__nplans++;
+  }
   p->info.calls++;
   if (!bf16) {
     fm__host_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -180,22 +236,51 @@ static int64_t fm__algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlg
   return (int64_t)v; /* little-endian: the low bytes hold the value */
 }
 
-static const FmGemmPlan *fm__gemm_plan(int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
-                                       int64_t ldb, int64_t ldc) {
-  FmGemmPlan *p = fm__gemm_find(bf16, ta, tb, m, n, k, lda, ldb, ldc);
-  if (p != &fm__plans[fm__nplans]) return p;
+/* Set one algorithm attribute, at the size cuBLASLt reports for it. */
+static int fm__algo_set(cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, int64_t value) {
+  size_t size = 0;
+  if (value < 0) return 1; /* not readable when recorded: left at its default */
+  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
+      size > sizeof(uint64_t))
+    return 0;
+  const uint64_t v = (uint64_t)value; /* little-endian: the low bytes */
+  return cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &v, size) == CUBLAS_STATUS_SUCCESS;
+}
+
+/* The info of p's algorithm, as cuBLASLt reports it. */
+static void fm__algo_info(FmGemmPlan *p, size_t workspace) {
+  FmGemmPlanInfo *q = &p->info;
+  q->algo_id = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_ID);
+  q->tile = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
+  q->stages = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
+  q->splitk = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
+  q->reduction = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
+  q->swizzle = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
+  q->custom = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
+  q->workspace = (int64_t)workspace;
+}
+
+/* The descriptors of a new plan (p from fm__gemm_find, its info filled). */
+static void fm__lt_describe(FmGemmPlan *p) {
   if (!fm__lt) {
     FM__CHECK_LT(cublasLtCreate(&fm__lt));
-    fm__lt_ws = fm_cuda_alloc_for(FM__GEMM_WS_BYTES, "the cuBLASLt workspace", 0);
+    fm__lt_ws = fm_cuda_alloc_for(FM__GEMM_WS_BYTES, "the cuBLASLt workspace", FM__GEMM_WS_BYTES);
   }
-  const cudaDataType_t in = bf16 ? CUDA_R_16BF : CUDA_R_32F;
-  const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const FmGemmPlanInfo *q = &p->info;
+  const int64_t m = q->m, n = q->n, k = q->k;
+  const cudaDataType_t in = q->bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cublasOperation_t opa = q->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = q->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
   FM__CHECK_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   FM__CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   FM__CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->a, in, (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->b, in, (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)m, (uint64_t)n, ldc));
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->a, in, (uint64_t)(q->ta ? k : m), (uint64_t)(q->ta ? m : k), q->lda));
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->b, in, (uint64_t)(q->tb ? n : k), (uint64_t)(q->tb ? k : n), q->ldb));
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)m, (uint64_t)n, q->ldc));
+}
+
+/* cuBLASLt's heuristic: its best algorithm within the fixed workspace, with
+ * no in-place split-K reduction (it may use atomics). */
+static void fm__lt_heuristic(FmGemmPlan *p) {
   cublasLtMatmulPreference_t pref;
   FM__CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = (uint64_t)FM__GEMM_WS_BYTES;
@@ -207,19 +292,51 @@ static const FmGemmPlan *fm__gemm_plan(int bf16, int ta, int tb, int64_t m, int6
   int found = 0;
   FM__CHECK_LT(cublasLtMatmulAlgoGetHeuristic(fm__lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &best, &found));
   FM__CHECK_LT(cublasLtMatmulPreferenceDestroy(pref));
+  const FmGemmPlanInfo *q = &p->info;
   if (found < 1)
-    fm_abort_one(1, "cuBLASLt: no algorithm for %s GEMM %c%c m=%lld n=%lld k=%lld", bf16 ? "bf16" : "fp32",
-                 ta ? 'T' : 'N', tb ? 'T' : 'N', (long long)m, (long long)n, (long long)k);
+    fm_abort_one(1, "cuBLASLt: no algorithm for %s GEMM %c%c m=%lld n=%lld k=%lld", q->bf16 ? "bf16" : "fp32",
+                 q->ta ? 'T' : 'N', q->tb ? 'T' : 'N', (long long)q->m, (long long)q->n, (long long)q->k);
   p->algo = best.algo;
-  FmGemmPlanInfo *q = &p->info;
-  q->algo_id = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_ID);
-  q->tile = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_TILE_ID);
-  q->stages = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_STAGES_ID);
-  q->splitk = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-  q->reduction = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
-  q->swizzle = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING);
-  q->custom = fm__algo_attr(&p->algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION);
-  q->workspace = (int64_t)best.workspaceSize;
+  fm__algo_info(p, best.workspaceSize);
+}
+
+/* Pin w's algorithm on p (its descriptors made): NULL, or why not. */
+static const char *fm__lt_pin(FmGemmPlan *p, const FmGemmPlanInfo *w) {
+  const cudaDataType_t in = p->info.bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  int ids[1024], nids = 0, offered = 0;
+  if (cublasLtMatmulAlgoGetIds(fm__lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, CUDA_R_32F, CUDA_R_32F, 1024, ids,
+                               &nids) != CUBLAS_STATUS_SUCCESS)
+    return "cuBLASLt cannot list its algorithms (cublasLtMatmulAlgoGetIds)";
+  for (int i = 0; i < nids && i < 1024; i++) offered |= ids[i] == w->algo_id;
+  if (!offered) return "its algorithm id is not offered by this cuBLASLt";
+  if (w->reduction == (int64_t)CUBLASLT_REDUCTION_SCHEME_INPLACE) return "its split-K reduction is in place (atomics)";
+  cublasLtMatmulAlgo_t algo;
+  if (cublasLtMatmulAlgoInit(fm__lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, CUDA_R_32F, CUDA_R_32F, (int)w->algo_id,
+                             &algo) != CUBLAS_STATUS_SUCCESS)
+    return "cuBLASLt cannot initialise its algorithm id (cublasLtMatmulAlgoInit)";
+  if (!fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, w->tile) ||
+      !fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, w->stages) ||
+      !fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, w->splitk) ||
+      !fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, w->reduction) ||
+      !fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, w->swizzle) ||
+      !fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, w->custom))
+    return "cuBLASLt rejects its configuration (tile, stages, split-K, swizzle or custom option)";
+  cublasLtMatmulHeuristicResult_t check;
+  memset(&check, 0, sizeof check);
+  if (cublasLtMatmulAlgoCheck(fm__lt, p->op, p->a, p->b, p->c, p->c, &algo, &check) != CUBLAS_STATUS_SUCCESS)
+    return "cuBLASLt rejects it for this shape (cublasLtMatmulAlgoCheck)";
+  if (check.workspaceSize > (size_t)FM__GEMM_WS_BYTES) return "it needs more than the fixed workspace";
+  p->algo = algo;
+  fm__algo_info(p, check.workspaceSize);
+  return NULL;
+}
+
+static const FmGemmPlan *fm__gemm_plan(int bf16, int ta, int tb, int64_t m, int64_t n, int64_t k, int64_t lda,
+                                       int64_t ldb, int64_t ldc) {
+  FmGemmPlan *p = fm__gemm_find(bf16, ta, tb, m, n, k, lda, ldb, ldc);
+  if (p != &fm__plans[fm__nplans]) return p;
+  fm__lt_describe(p);
+  fm__lt_heuristic(p);
   fm__nplans++;
   return p;
 }
@@ -247,27 +364,172 @@ extern "C" int FM_CUDA_OP(gemm_plans)(FmGemmPlanInfo *out, int max) {
   return fm__nplans;
 }
 
+/* One plan line, "gemm I: SHAPE ALGO workspace=USED/FIXED\n". */
+static int fm__plan_line(char *line, size_t n, int i, const FmGemmPlanInfo *q) {
+  char shape[160], algo[192];
+  fm__plan_shape(q, shape, sizeof shape);
+  fm__plan_algo(q, algo, sizeof algo);
+  return snprintf(line, n, "gemm %d: %s %s workspace=%lld/%lld\n", i, shape, algo, (long long)q->workspace,
+                  (long long)q->workspace_fixed);
+}
+
+/* What chose the plans: "device: NAME (sm_XY), CUDA runtime R, cuBLASLt L". */
+static void fm__plans_device(char *buf, size_t n) {
+#ifdef FM_SIMT
+  snprintf(buf, n, "device: SIMT emulator (host GEMM), CUDA runtime emulated, cuBLASLt emulated (%d fake algorithms)",
+           FM__EMU_ALGOS);
+#else
+  int dev = 0, rt = 0;
+  cudaDeviceProp prop;
+  memset(&prop, 0, sizeof prop);
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    snprintf(prop.name, sizeof prop.name, "unknown");
+  }
+  if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = CUDART_VERSION;
+  snprintf(buf, n, "device: %s (sm_%d%d), CUDA runtime %d, cuBLASLt %zu", prop.name, prop.major, prop.minor, rt,
+           cublasLtGetVersion());
+#endif
+}
+
+/* Whole lines into buf (cap bytes) after `len` bytes already counted; the
+ * length the full text needs. */
+static int64_t fm__text_add(char *buf, int64_t cap, int64_t len, int64_t *wrote, const char *line, int w) {
+  if (buf && *wrote == len && len + w < cap) {
+    memcpy(buf + len, line, (size_t)w);
+    *wrote += w;
+  }
+  return len + w;
+}
+
 extern "C" int64_t FM_CUDA_OP(gemm_plans_text)(char *buf, int64_t cap) {
   int64_t len = 0, wrote = 0;
   for (int i = 0; i < fm__nplans; i++) {
-    const FmGemmPlanInfo *q = &fm__plans[i].info;
-    char line[320];
-    const int w =
-        snprintf(line, sizeof line,
-                 "gemm %d: %s %c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld algo=%lld tile=%lld "
-                 "stages=%lld splitk=%lld reduction=%lld swizzle=%lld custom=%lld workspace=%lld/%lld\n",
-                 i, q->bf16 ? "bf16" : "fp32", q->ta ? 'T' : 'N', q->tb ? 'T' : 'N', (long long)q->m, (long long)q->n,
-                 (long long)q->k, (long long)q->lda, (long long)q->ldb, (long long)q->ldc, (long long)q->algo_id,
-                 (long long)q->tile, (long long)q->stages, (long long)q->splitk, (long long)q->reduction,
-                 (long long)q->swizzle, (long long)q->custom, (long long)q->workspace, (long long)q->workspace_fixed);
-    if (buf && wrote == len && len + w < cap) { /* whole lines only */
-      memcpy(buf + len, line, (size_t)w);
-      wrote += w;
-    }
-    len += w;
+    char line[400];
+    len = fm__text_add(buf, cap, len, &wrote, line, fm__plan_line(line, sizeof line, i, &fm__plans[i].info));
   }
   if (buf && cap > 0) buf[wrote] = '\0';
   return len;
+}
+
+extern "C" int64_t FM_CUDA_OP(gemm_plans_record)(char *buf, int64_t cap) {
+  if (fm__nplans == 0) {
+    if (buf && cap > 0) buf[0] = '\0';
+    return 0;
+  }
+  char dev[400];
+  fm__plans_device(dev, sizeof dev - 1);
+  const int w = (int)strlen(dev);
+  dev[w] = '\n', dev[w + 1] = '\0';
+  int64_t wrote = 0;
+  const int64_t len = fm__text_add(buf, cap, 0, &wrote, dev, w + 1);
+  if (buf && cap > 0) buf[wrote] = '\0';
+  if (wrote != len) return len + FM_CUDA_OP(gemm_plans_text)(NULL, 0);
+  return len + FM_CUDA_OP(gemm_plans_text)(buf ? buf + len : NULL, buf ? cap - len : 0);
+}
+
+/* A plan line read back: its shape and algorithm (1), or 0 when it is not
+ * one (a checkpoint is input: every field is checked). */
+static int fm__plan_parse(const char *line, FmGemmPlanInfo *q) {
+  char prec[8] = "", ta = 0, tb = 0;
+  int idx = 0;
+  long long v[13];
+  const int got = sscanf(line,
+                         "gemm %d: %7s %c%c m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld algo=%lld tile=%lld "
+                         "stages=%lld splitk=%lld reduction=%lld swizzle=%lld custom=%lld",
+                         &idx, prec, &ta, &tb, &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
+                         &v[10], &v[11], &v[12]);
+  if (got != 17 || (strcmp(prec, "bf16") != 0 && strcmp(prec, "fp32") != 0) || (ta != 'N' && ta != 'T') ||
+      (tb != 'N' && tb != 'T'))
+    return 0;
+  memset(q, 0, sizeof *q);
+  q->bf16 = prec[0] == 'b', q->ta = ta == 'T', q->tb = tb == 'T';
+  q->m = v[0], q->n = v[1], q->k = v[2], q->lda = v[3], q->ldb = v[4], q->ldc = v[5];
+  q->algo_id = v[6], q->tile = v[7], q->stages = v[8], q->splitk = v[9], q->reduction = v[10], q->swizzle = v[11];
+  q->custom = v[12];
+  const int64_t ar = q->ta ? q->k : q->m, br = q->tb ? q->n : q->k;
+  return q->m > 0 && q->n > 0 && q->k > 0 && q->lda >= ar && q->ldb >= br && q->ldc >= q->m &&
+         q->m < ((int64_t)1 << 40) && q->n < ((int64_t)1 << 40) && q->k < ((int64_t)1 << 40) &&
+         q->lda < ((int64_t)1 << 40) && q->ldb < ((int64_t)1 << 40) && q->ldc < ((int64_t)1 << 40);
+}
+
+/* Appends one warning line (whole, or not at all) to report. */
+static void fm__report(char *report, int64_t cap, const char *msg) {
+  if (!report || cap <= 0) return;
+  const size_t have = strlen(report), w = strlen(msg);
+  if ((int64_t)(have + w + 1) < cap) {
+    memcpy(report + have, msg, w);
+    report[have + w] = '\n';
+    report[have + w + 1] = '\0';
+  }
+}
+
+extern "C" int FM_CUDA_OP(gemm_plans_pin)(const char *recorded, char *report, int64_t cap) {
+  if (report && cap > 0) report[0] = '\0';
+  if (!recorded || !recorded[0]) return 0;
+  char dev[400], msg[1600];
+  fm__plans_device(dev, sizeof dev);
+  int same_device = 0, pinned = 0, lineno = 0;
+  for (const char *s = recorded; *s;) {
+    const char *e = strchr(s, '\n');
+    const size_t n = e ? (size_t)(e - s) : strlen(s);
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), s);
+    s += n + (e ? 1 : 0);
+    lineno++;
+    if (lineno == 1 && strncmp(line, "device: ", 8) == 0) {
+      same_device = strcmp(line, dev) == 0;
+      if (!same_device) {
+        snprintf(msg, sizeof msg,
+                 "the checkpoint's GEMM plans were chosen on another device or toolkit (%s; this run: %s): "
+                 "cuBLASLt's heuristic chooses again, and a plan that differs is named below",
+                 line + 8, dev + 8);
+        fm__report(report, cap, msg);
+      }
+      continue;
+    }
+    FmGemmPlanInfo w;
+    if (!fm__plan_parse(line, &w)) {
+      snprintf(msg, sizeof msg, "the checkpoint's GEMM plans, line %d: not a plan line ('%.120s'): skipped", lineno,
+               line);
+      fm__report(report, cap, msg);
+      continue;
+    }
+    if (fm__nplans == FM__GEMM_PLANS) {
+      snprintf(msg, sizeof msg, "the checkpoint's GEMM plans: more than %d shapes; the rest are not pinned",
+               FM__GEMM_PLANS);
+      fm__report(report, cap, msg);
+      break;
+    }
+    char shape[160], want[192], got[192];
+    fm__plan_shape(&w, shape, sizeof shape);
+    fm__plan_algo(&w, want, sizeof want);
+    FmGemmPlan *p = fm__gemm_find(w.bf16, w.ta, w.tb, w.m, w.n, w.k, w.lda, w.ldb, w.ldc);
+    const char *why = NULL;
+    if (p != &fm__plans[fm__nplans]) { /* already chosen in this process */
+      if (!fm__plan_same_algo(&p->info, &w)) why = "this run had already chosen its plan";
+    } else {
+#ifdef FM_SIMT
+      why = same_device ? fm__emu_pin(&p->info, &w) : "";
+      if (why) fm__emu_heuristic(&p->info);
+#else
+      fm__lt_describe(p);
+      why = same_device ? fm__lt_pin(p, &w) : "";
+      if (why) fm__lt_heuristic(p);
+#endif
+      fm__nplans++;
+    }
+    if (!why) {
+      pinned++;
+      continue;
+    }
+    fm__plan_algo(&p->info, got, sizeof got);
+    if (!why[0] && fm__plan_same_algo(&p->info, &w)) continue; /* another device, the same choice */
+    snprintf(msg, sizeof msg, "GEMM %s: the checkpoint's plan (%s) is not used: %s; chose %s instead", shape, want,
+             why[0] ? why : "another device or toolkit", got);
+    fm__report(report, cap, msg);
+  }
+  return pinned;
 }
 
 /* ---- bias and its gradient --------------------------------------------------- */

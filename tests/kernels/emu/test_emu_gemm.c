@@ -26,6 +26,8 @@ void fm_simt_set_compute_bf16(int on);
 int fm_simt_compute_bf16(void);
 int fm_simt_gemm_plans(FmGemmPlanInfo *out, int max);
 int64_t fm_simt_gemm_plans_text(char *buf, int64_t cap);
+int64_t fm_simt_gemm_plans_record(char *buf, int64_t cap);
+int fm_simt_gemm_plans_pin(const char *recorded, char *report, int64_t cap);
 void fm_simt_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int64_t N, int64_t C,
                         int64_t OC);
 void fm_simt_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
@@ -238,7 +240,8 @@ FM_TEST(gemm_plans_pinned_per_shape) {
   memset(p, 0, sizeof p);
   FM_REQUIRE(fm_simt_gemm_plans(p, 4) == 3);
   FM_EXPECT(p[0].bf16 == 0 && p[0].ta == 0 && p[0].tb == 0 && p[0].m == m && p[0].n == n && p[0].k == k);
-  FM_EXPECT(p[0].lda == m && p[0].ldb == k && p[0].ldc == m && p[0].calls == 3 && p[0].algo_id == -1);
+  FM_EXPECT(p[0].lda == m && p[0].ldb == k && p[0].ldc == m && p[0].calls == 3);
+  FM_EXPECT(p[0].algo_id >= 0 && p[0].algo_id < 24 && p[0].splitk == 1); /* the emulator's fake ids */
   FM_EXPECT(p[1].bf16 == 1 && p[1].m == m && p[1].calls == 3);
   FM_EXPECT(p[2].bf16 == 1 && p[2].ta == 1 && p[2].m == n && p[2].n == n && p[2].k == m && p[2].ldc == k);
   FM_EXPECT(p[0].workspace_fixed > 0 && p[0].workspace_fixed == p[2].workspace_fixed);
@@ -248,7 +251,7 @@ FM_TEST(gemm_plans_pinned_per_shape) {
   FM_EXPECT_EQ_INT(fm_simt_gemm_plans_text(full, sizeof full), need);
   FM_EXPECT_EQ_INT((int64_t)strlen(full), need);
   printf("%s", full);
-  FM_EXPECT(strstr(full, "gemm 0: fp32 NN m=5 n=3 k=4 lda=5 ldb=4 ldc=5 algo=-1") == full);
+  FM_EXPECT(strstr(full, "gemm 0: fp32 NN m=5 n=3 k=4 lda=5 ldb=4 ldc=5 algo=") == full);
   FM_EXPECT(strstr(full, "\ngemm 1: bf16 NN m=5 n=3 k=4 ") != NULL);
   FM_EXPECT(strstr(full, "\ngemm 2: bf16 TN m=3 n=3 k=5 lda=5 ldb=5 ldc=4 ") != NULL);
   /* a short buffer gets whole lines only */
@@ -258,6 +261,75 @@ FM_TEST(gemm_plans_pinned_per_shape) {
   FM_EXPECT_EQ_INT((int64_t)strlen(part), (int64_t)(nl - full + 1));
   FM_EXPECT(strncmp(part, full, strlen(part)) == 0);
   free(A), free(B), free(C);
+}
+
+/* A checkpoint's record (gemm_plans_record: the device line, then the plan
+ * lines) and a resume's pin (gemm_plans_pin): a recorded algorithm is used
+ * for its shape even where this process's heuristic chooses another
+ * (FMHPC_EMU_GEMM_HEURISTIC shifts it); an id the library does not offer, a
+ * line that is not a plan and another device are reported, naming the
+ * shape and what was chosen instead. */
+FM_TEST(gemm_plans_record_and_pin) {
+  const int64_t m = 5, n = 3, k = 4;
+  float *A = matrix(m, k, m), *B = matrix(k, n, k), *C = f32(m * n);
+  fm_simt_gemm_cm(0, 0, m, n, k, 1.0f, A, m, B, k, 0.0f, C, m);
+  char rec[2048], text[2048], report[4096];
+  const int64_t need = fm_simt_gemm_plans_record(NULL, 0);
+  FM_REQUIRE(need > 0 && need < (int64_t)sizeof rec);
+  FM_EXPECT_EQ_INT(fm_simt_gemm_plans_record(rec, sizeof rec), need);
+  FM_EXPECT_EQ_INT((int64_t)strlen(rec), need);
+  printf("%s", rec);
+  const char *nl = strchr(rec, '\n');
+  FM_REQUIRE(strncmp(rec, "device: SIMT emulator", 21) == 0 && nl && strncmp(nl + 1, "gemm 0: fp32 NN m=5 ", 20) == 0);
+  FmGemmPlanInfo p[8];
+  FM_REQUIRE(fm_simt_gemm_plans(p, 8) == 1);
+  /* the heuristic, shifted, now chooses another algorithm for the new shape */
+  setenv("FMHPC_EMU_GEMM_HEURISTIC", "7", 1);
+  snprintf(text, sizeof text,
+           "%.*s"
+           "gemm 0: fp32 NN m=5 n=3 k=4 lda=5 ldb=4 ldc=5 algo=%lld tile=%lld stages=%lld splitk=1 reduction=0 "
+           "swizzle=0 custom=0 workspace=0/33554432\n"
+           "gemm 1: fp32 NT m=7 n=2 k=3 lda=7 ldb=2 ldc=7 algo=5 tile=3 stages=2 splitk=1 reduction=0 swizzle=0 "
+           "custom=0 workspace=0/33554432\n"
+           "gemm 2: bf16 NN m=7 n=2 k=3 lda=7 ldb=3 ldc=7 algo=99 tile=3 stages=2 splitk=1 reduction=0 swizzle=0 "
+           "custom=0 workspace=0/33554432\n"
+           "gemm 3: fp32 NN m=7 n=2 k=-3\n",
+           (int)(nl - rec + 1), rec, (long long)p[0].algo_id, (long long)p[0].tile, (long long)p[0].stages);
+  FM_EXPECT_EQ_INT(fm_simt_gemm_plans_pin(text, report, sizeof report), 2);
+  printf("report:\n%s", report);
+  FM_REQUIRE(fm_simt_gemm_plans(p, 8) == 3);
+  FM_EXPECT(p[1].tb == 1 && p[1].m == 7 && p[1].algo_id == 5 && p[1].tile == 3 && p[1].stages == 2);
+  FM_EXPECT(p[2].bf16 == 1 && p[2].algo_id >= 0 && p[2].algo_id < 24);
+  FM_EXPECT(strstr(report,
+                   "GEMM bf16 NN m=7 n=2 k=3 lda=7 ldb=3 ldc=7: the checkpoint's plan (algo=99 tile=3 "
+                   "stages=2 splitk=1 reduction=0 swizzle=0 custom=0) is not used: its algorithm id is not "
+                   "offered by this cuBLASLt; chose algo=") != NULL);
+  FM_EXPECT(strstr(report,
+                   "the checkpoint's GEMM plans, line 5: not a plan line ('gemm 3: fp32 NN m=7 n=2 k=-3'): skipped") !=
+            NULL);
+  FM_EXPECT(strstr(report, "another device") == NULL);
+  /* the pinned plan is the one used: a call of that shape runs with algo 5 */
+  float *X = matrix(7, 3, 7), *Y = matrix(2, 3, 2), *Z = f32(7 * 2);
+  fm_simt_gemm_cm(0, 1, 7, 2, 3, 1.0f, X, 7, Y, 2, 0.0f, Z, 7);
+  FM_REQUIRE(fm_simt_gemm_plans(p, 8) == 3);
+  FM_EXPECT(p[1].algo_id == 5 && p[1].calls == 1);
+  /* recorded on another device: the heuristic chooses, and each shape where it differs is named */
+  char other[2048];
+  snprintf(other, sizeof other,
+           "device: NVIDIA H100 80GB HBM3 (sm_90), CUDA runtime 12040, cuBLASLt 120402\n"
+           "gemm 0: fp32 TN m=4 n=4 k=4 lda=4 ldb=4 ldc=4 algo=%d tile=0 stages=0 splitk=1 reduction=0 swizzle=0 "
+           "custom=0 workspace=0/33554432\n",
+           1);
+  FM_EXPECT_EQ_INT(fm_simt_gemm_plans_pin(other, report, sizeof report), 0);
+  printf("report:\n%s", report);
+  FM_EXPECT(strstr(report,
+                   "were chosen on another device or toolkit (NVIDIA H100 80GB HBM3 (sm_90), CUDA runtime "
+                   "12040, cuBLASLt 120402; this run: SIMT emulator") != NULL);
+  FM_EXPECT(strstr(report, "GEMM fp32 TN m=4 n=4 k=4 lda=4 ldb=4 ldc=4: the checkpoint's plan (algo=1 tile=0 ") !=
+            NULL);
+  FM_EXPECT(strstr(report, "is not used: another device or toolkit; chose algo=") != NULL);
+  unsetenv("FMHPC_EMU_GEMM_HEURISTIC");
+  free(A), free(B), free(C), free(X), free(Y), free(Z);
 }
 
 /* The classifier + cross-entropy in bf16 mode (its three GEMMs go through

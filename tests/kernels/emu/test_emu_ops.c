@@ -757,9 +757,12 @@ static const char *const tested[] = {
     "rope_bwd",
     "embedding_fwd",
     "embedding_bwd",
-    /* test_emu_gemm.c: gemm_layouts_both_precisions, matmul_bf16_vs_cpu_bf16, gemm_plans_pinned_per_shape */
+    /* test_emu_gemm.c: gemm_layouts_both_precisions, matmul_bf16_vs_cpu_bf16, gemm_plans_pinned_per_shape,
+     * gemm_plans_record_and_pin; emu.train_plans (a checkpoint's gemm_plans attribute, resume) */
     "set_compute_bf16",
     "gemm_plans_text",
+    "gemm_plans_record",
+    "gemm_plans_pin",
     /* quant_add_vs_reduce_add */
     "quant_add",
 };

@@ -106,6 +106,13 @@ typedef struct FmReduce {
   int32_t *d_flags;       /* (2) overflow, NaN/Inf */
   int32_t *d_exp2;        /* (nblocks) this step's scales, uploaded by fm_reduce_begin */
   bool locate;            /* the device saw NaN/Inf: the step is computed again on the host path to name it */
+  FmComm *nccl;           /* the exchange over this device communicator (fm_reduce_use_nccl); NULL: MPI, host */
+  int64_t *d_acc_shard;   /* (S) the reduce-scatter's sums on the device */
+  int32_t *d_flags_all;   /* (2) the flags agreed over ranks */
+  float *d_shard;         /* (S) the reduced shard on the device: the caller's, or d_own */
+  float *d_own;           /* the shard's device buffer when the caller gave none (finish copies it to the host) */
+  float *d_send;          /* (S) the parameter all-gather's staging on the device, zero past this rank's shard */
+  float *d_gather;        /* (P*S) the gathered shards, padded layout */
 } FmReduce;
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
@@ -141,6 +148,22 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
 /* After the optimizer updated this rank's shard of w (in place in the full
  * vector w), gather every shard so all ranks hold the whole vector. */
 int fm_reduce_allgather(FmReduce *g, float *w);
+/* The exact reduction's exchange on the device, over `nccl` (the dp group's
+ * NCCL communicator, fm_mesh_nccl; after fm_reduce_use_device): finish then
+ * agrees the flags by allreduce(max) of the device's flags, the block maxima
+ * by allreduce(max) on the device (one copy of them to the host for the next
+ * scales), reduce-scatters the int64 accumulator on the device (integer sums:
+ * the same bits as the MPI ring for any algorithm and rank count) and turns
+ * the sums into the fp32 shard with the backend's dequant op (the host's
+ * rounding, bitwise) in `shard_d` (S floats of device memory). shard_d NULL:
+ * a buffer of its own, copied to finish's shard_out. With shard_d given,
+ * finish leaves the shard there (and, when a NaN/Inf sent the step to the host
+ * path, in shard_out too); shard_out is not written on the device path. The
+ * redo on NaN/Inf stays on the host over g->comm (MPI), as without NCCL. */
+void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d);
+/* fm_reduce_allgather over the device communicator: w is the whole vector in
+ * device memory; this rank's shard of it goes to every rank. */
+int fm_reduce_allgather_device(FmReduce *g, float *w);
 /* Global gradient norm over the shards, in blocks whose boundaries do not
  * depend on P (fm_clip_block_sumsq on each shard, gathered exactly). */
 double fm_reduce_grad_norm(FmReduce *g, const float *shard);

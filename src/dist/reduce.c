@@ -74,7 +74,27 @@ void fm_reduce_use_device(FmReduce *g, const FmBackend *be) {
   g->d_exp2 = be->alloc(g->nblocks * (int64_t)sizeof *g->d_exp2);
 }
 
+void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d) {
+  if (!g->dev || !g->dev->dequant || g->nccl) return;
+  const FmBackend *be = g->dev;
+  g->nccl = nccl;
+  g->d_acc_shard = be->alloc(g->S * (int64_t)sizeof *g->d_acc_shard);
+  g->d_flags_all = be->alloc(2 * (int64_t)sizeof *g->d_flags_all);
+  if (!shard_d) g->d_own = be->alloc(g->S * (int64_t)sizeof *g->d_own);
+  g->d_shard = shard_d ? shard_d : g->d_own;
+  g->d_send = be->alloc(g->S * (int64_t)sizeof *g->d_send);
+  be->memset(g->d_send, 0, g->S * (int64_t)sizeof *g->d_send); /* the padding stays zero */
+  g->d_gather = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_gather);
+}
+
 void fm_reduce_free(FmReduce *g) {
+  if (g->nccl) {
+    g->dev->free(g->d_acc_shard);
+    g->dev->free(g->d_flags_all);
+    g->dev->free(g->d_own);
+    g->dev->free(g->d_send);
+    g->dev->free(g->d_gather);
+  }
   if (g->dev) {
     g->dev->free(g->d_acc);
     g->dev->free(g->d_amax);
@@ -208,6 +228,33 @@ static void agree_first_bad(FmReduce *g) {
   g->first_bad = first == INT64_MAX ? -1 : first;
 }
 
+/* fm_reduce_finish's device path over NCCL (fm_reduce_use_nccl): the same
+ * decisions as the host path below, from the same agreed values. */
+static int finish_nccl(FmReduce *g, float *shard_out, bool *nonfinite) {
+  const FmBackend *be = g->dev;
+  const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
+  int32_t all[2];
+  FM_CHECK(fm_comm_allreduce(g->nccl, g->d_flags, g->d_flags_all, 2, FM_DT_I32, FM_OP_MAX));
+  be->copy_to_host(all, g->d_flags_all, sizeof all);
+  g->overflow = all[0];
+  g->nonfinite = all[1];
+  *nonfinite = false;
+  if (all[1]) { /* every rank computes the step again on the host path, which names the element */
+    g->locate = true;
+    return 1;
+  }
+  FM_CHECK(fm_comm_allreduce(g->nccl, g->d_amax, g->d_amax, g->nblocks, FM_DT_F32, FM_OP_MAX));
+  be->copy_to_host(g->amax_prev, g->d_amax, g->nblocks * (int64_t)sizeof *g->amax_prev);
+  if (all[0]) {
+    g->redone++;
+    return 1;
+  }
+  FM_CHECK(fm_comm_reduce_scatter(g->nccl, g->d_acc, g->d_acc_shard, g->S, FM_DT_I64, FM_OP_SUM));
+  be->dequant(g->d_shard, g->d_acc_shard, g->d_exp2, lo, len, FM_DIST_BLOCK);
+  if (g->d_shard == g->d_own) be->copy_to_host(shard_out, g->d_own, len * (int64_t)sizeof *shard_out);
+  return 0;
+}
+
 int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
   int32_t flags[2] = {g->overflow, g->nonfinite}, all[2];
@@ -236,6 +283,7 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
   }
   const bool on_dev = fm_reduce_on_device(g);
   g->locate = false;
+  if (on_dev && g->nccl) return finish_nccl(g, shard_out, nonfinite);
   if (on_dev) { /* the device's flags and maxima: one copy each per step */
     g->dev->copy_to_host(flags, g->d_flags, sizeof flags);
     g->dev->copy_to_host(g->amax, g->d_amax, g->nblocks * (int64_t)sizeof *g->amax);
@@ -267,6 +315,8 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     const int64_t i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
     for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)g->acc_shard[i] * inv);
   }
+  if (g->nccl && g->d_shard != g->d_own) /* the caller reads the device shard */
+    g->dev->copy_to_device(g->d_shard, shard_out, len * (int64_t)sizeof *shard_out);
   return 0;
 }
 
@@ -278,6 +328,19 @@ int fm_reduce_allgather(FmReduce *g, float *w) {
   if (rc) return rc;
   for (int r = 0; r < g->P; r++)
     memcpy(w + g->lo[r], g->shardf + (int64_t)r * g->S, (size_t)(g->hi[r] - g->lo[r]) * sizeof(float));
+  return 0;
+}
+
+int fm_reduce_allgather_device(FmReduce *g, float *w) {
+  if (g->P == 1) return 0; /* this rank's shard is the whole vector, in place */
+  const FmBackend *be = g->dev;
+  const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
+  be->copy(g->d_send, w + lo, len * (int64_t)sizeof *w);
+  int rc = fm_comm_allgather(g->nccl, g->d_send, g->d_gather, g->S, FM_DT_F32);
+  if (rc) return rc;
+  for (int r = 0; r < g->P; r++)
+    if (r != g->r && g->hi[r] > g->lo[r])
+      be->copy(w + g->lo[r], g->d_gather + (int64_t)r * g->S, (g->hi[r] - g->lo[r]) * (int64_t)sizeof *w);
   return 0;
 }
 

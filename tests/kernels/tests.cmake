@@ -50,11 +50,15 @@ target_compile_options(fm_nccl_emu PRIVATE ${FMHPC_C_FLAGS})
 target_link_libraries(fm_nccl_emu PRIVATE fmhpc_lib)
 
 file(GLOB emu_tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/test_*.c)
-list(FILTER emu_tests EXCLUDE REGEX "/test_emu_nccl\\.c$")
+list(FILTER emu_tests EXCLUDE REGEX "/test_emu_(nccl|reduce)\\.c$")
 # Every FmComm op over the emulated NCCL against the MPI communicator, bitwise,
 # at 1, 2 and 4 ranks; the error paths; the mesh's NCCL communicators.
 fm_add_test_file(${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/test_emu_nccl.c MPI NP 1 2 4 LABEL emu LIBS fm_nccl_emu)
 target_include_directories(test_emu_nccl BEFORE PRIVATE ${FM_EMU_FAKE})
+# The exact reduction's exchange on the device (quant_add, NCCL, dequant) against the host path over MPI.
+fm_add_test_file(${CMAKE_CURRENT_SOURCE_DIR}/kernels/emu/test_emu_reduce.c MPI NP 1 2 4 LABEL emu
+                 LIBS fm_simt_kernels fm_nccl_emu)
+set_target_properties(test_emu_reduce PROPERTIES LINKER_LANGUAGE CXX)
 # The GPU test of comm_nccl.c (label gpu) itself, on the emulated device.
 add_executable(test_cuda_nccl_emu ${CMAKE_CURRENT_SOURCE_DIR}/kernels/test_cuda_nccl.c
                                   ${CMAKE_CURRENT_SOURCE_DIR}/fm_test_main.c)

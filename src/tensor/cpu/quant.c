@@ -39,3 +39,14 @@ void fm_cpu_quant_add(int64_t *acc, float *amax, int32_t *flags, const float *gr
     for (int64_t i = i0; i < i1; i++) acc[i - lo] += (int64_t)nearbyint((double)grad[i] * scale);
   }
 }
+
+void fm_cpu_dequant(float *out, const int64_t *acc, const int32_t *exp2, int64_t lo, int64_t len, int64_t block) {
+  if (block <= 0 || lo % block != 0)
+    fm_abort_one(1, "dequant: range start %lld is not a multiple of the block size %lld", (long long)lo,
+                 (long long)block);
+  for (int64_t i0 = 0; i0 < len; i0 += block) {
+    const double inv = ldexp(1.0, -exp2[(lo + i0) / block]);
+    const int64_t i1 = i0 + block < len ? i0 + block : len;
+    for (int64_t i = i0; i < i1; i++) out[i] = (float)((double)acc[i] * inv);
+  }
+}

@@ -74,3 +74,26 @@ extern "C" void FM_CUDA_OP(quant_add)(int64_t *acc, float *amax, int32_t *flags,
   FM_LAUNCH(fm__quant_add_kernel, (unsigned)blocks, FM__Q_THREADS, 0, acc, amax, flags, grad, exp2, lo, hi, block,
             limit);
 }
+
+static __global__ void fm__dequant_kernel(float *out, const int64_t *acc, const int32_t *exp2, int64_t lo, int64_t len,
+                                          int64_t block) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < len; i += (int64_t)gridDim.x * blockDim.x) {
+    const double inv = ldexp(1.0, -exp2[(lo + i) / block]); /* a power of two: exact */
+    out[i] = __double2float_rn(fm__dmul(__ll2double_rn(acc[i]), inv));
+  }
+}
+
+/* out[i] = (float)((double)acc[i] * 2^-exp2[(lo + i) / block]), i in [0, len):
+ * the reduced shard from the reduce-scatter's int64 sums, rounded as the host
+ * finish in reduce.c (int64 -> double to nearest, an exact scaling, double ->
+ * float to nearest), so bitwise. Device pointers; no host sync. */
+extern "C" void FM_CUDA_OP(dequant)(float *out, const int64_t *acc, const int32_t *exp2, int64_t lo, int64_t len,
+                                    int64_t block) {
+  if (block <= 0 || lo % block != 0)
+    fm_abort_one(1, "dequant: range start %lld is not a multiple of the block size %lld", (long long)lo,
+                 (long long)block);
+  if (len <= 0) return;
+  int64_t blocks = (len + FM__Q_THREADS - 1) / FM__Q_THREADS;
+  if (blocks > 4096) blocks = 4096;
+  FM_LAUNCH(fm__dequant_kernel, (unsigned)blocks, FM__Q_THREADS, 0, out, acc, exp2, lo, len, block);
+}

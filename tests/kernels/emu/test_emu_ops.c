@@ -693,6 +693,45 @@ FM_TEST(quant_add_vs_reduce_add) {
   report("quant_add", 2);
 }
 
+/* The reduced shard's dequantisation (reduce.c's device finish): the CUDA
+ * kernel under every schedule and the CPU twin give reduce.c's host-finish
+ * formula bit for bit, on sums that need both roundings (int64 -> double
+ * drops bits above 2^53, double -> float rounds again, and ties), at a shard
+ * start inside the vector and scales from 2^-120 to 2^120. */
+FM_TEST(dequant_bitwise) {
+  const int64_t block = FM_DIST_BLOCK, lo = 3 * block, len = 2 * block + 333, nb = 8;
+  int64_t *acc = fm_xcalloc((size_t)len, sizeof *acc);
+  int32_t exp2[8];
+  for (int64_t b = 0; b < nb; b++) exp2[b] = (int32_t)(b * 37 % 241) - 120;
+  exp2[3] = 52, exp2[4] = 0, exp2[5] = -60;
+  for (int64_t i = 0; i < len; i++) {
+    const double m = uniform(-1.0, 1.0) * pow(2.0, uniform(0, 62));
+    acc[i] = (int64_t)m;
+  }
+  acc[0] = INT64_MAX / 2 + 1, acc[1] = -(INT64_MAX / 2) - 12345, acc[2] = 0, acc[3] = -1;
+  acc[4] = ((int64_t)1 << 24) + 1, acc[5] = ((int64_t)1 << 25) + 3, acc[6] = ((int64_t)1 << 54) + 1; /* ties */
+  acc[7] = ((int64_t)1 << 53) + ((int64_t)1 << 29) + 1; /* halfway for float after the double rounding */
+  float *ref = f32(len), *c = f32(len), *g = f32(len);
+  for (int64_t i0 = 0; i0 < len; i0 += block) { /* reduce.c fm_reduce_finish, host path */
+    const double inv = ldexp(1.0, -exp2[(lo + i0) / block]);
+    const int64_t i1 = i0 + block < len ? i0 + block : len;
+    for (int64_t i = i0; i < i1; i++) ref[i] = (float)((double)acc[i] * inv);
+  }
+  cpu()->dequant(c, acc, exp2, lo, len, block);
+  EXPECT_BITS("cpu dequant", c, ref, len, 4);
+  for (int s = 0; s < NSCHED; s++) {
+    schedule(s);
+    memset(g, 0xFF, (size_t)len * sizeof *g);
+    emu.dequant(g, acc, exp2, lo, len, block);
+    EXPECT_BITS("dequant", g, ref, len, 4);
+  }
+  int64_t nonzero = 0;
+  for (int64_t i = 0; i < len; i++) nonzero += ref[i] != 0.0f;
+  FM_EXPECT(nonzero > len / 2);
+  free(acc), free(ref), free(c), free(g);
+  report("dequant", 1);
+}
+
 /* ---- memory (host memory under the emulator) ------------------------------------ */
 FM_TEST(memory_ops) {
   enum { N = 1001 };
@@ -765,6 +804,8 @@ static const char *const tested[] = {
     "gemm_plans_pin",
     /* quant_add_vs_reduce_add */
     "quant_add",
+    /* dequant_bitwise */
+    "dequant",
 };
 static int is_tested(const char *op) {
   for (size_t i = 0; i < sizeof tested / sizeof tested[0]; i++)

@@ -229,6 +229,7 @@ inline long long __double_as_longlong(double x) { return fmsim::from_bits<long l
 inline double __longlong_as_double(long long u) { return fmsim::from_bits<double>(fmsim::to_bits(u)); }
 inline double __ll2double_rn(long long v) { return (double)v; }
 inline long long __double2ll_rn(double x) { return std::llrint(x); } /* default mode: nearest even */
+inline float __double2float_rn(double x) { return (float)x; } /* default mode: nearest even */
 
 /* Launch spelling for both compilers (<<< >>> is not C++). */
 #define FM_SIMT_LAUNCH(kernel, grid, block, smem, ...) \

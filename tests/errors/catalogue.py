@@ -9,6 +9,8 @@ joined) and, for each, the test files that assert it: a test file holding
 the message's longest literal piece (backslashes of regexes ignored).
 
   catalogue.py --write   regenerate docs/errors.md
+  catalogue.py --prune   drop the lines of no_test.txt whose message a test
+                         asserts now
   catalogue.py --check   (ctest docs.errors_catalogue) fail when a message in
                          the code has no entry, an entry names a message no
                          longer in the code, an entry's test no longer holds
@@ -144,7 +146,7 @@ def pieces(template, whole=False):
     lines = template.split("\\n") if whole else [template.split("\\n")[0] or template]
     for line in lines:
         for p in SPEC.sub("\x00", line).split("\x00"):
-            p = p.replace('\\"', '"').replace("\\\\", "\\").strip(" :'\"")
+            p = p.replace("\\", "").strip(" :'\"")  # a test's text is read without backslashes
             if len(p) >= 4:
                 out.append(p)
     return out
@@ -166,7 +168,9 @@ def matcher(template):
     if sum(len(p) for p in ps) < 8:
         return None  # 'hint: %s', '%s: ': the frame of messages composed elsewhere
     first = (template.split("\\n")[0] or template).replace("\\", "")
-    rx = r"[^\"\n]+".join(re.escape(t) for t in SPEC.sub("\x00", first).split("\x00"))
+    parts = SPEC.sub("\x00", first).split("\x00")
+    rx = r"[^\"\n]+".join(re.escape(t) for t in parts[:-1]) + (r"[^\"\n]*" if len(parts) > 1 else "") + \
+        re.escape(parts[-1])  # a trailing field (a library's words) may be left out
     return re.compile(r"[\"'](?:[^\"'\n]*: )?" + rx + r"[\"']")
 
 
@@ -183,7 +187,8 @@ def test_texts():
                     except (UnicodeDecodeError, OSError):
                         continue
                     if p not in (os.path.abspath(__file__), NO_TEST):
-                        texts[os.path.relpath(p, ROOT)] = t.replace("\\", "")
+                        # adjacent string literals are one string (Python, C)
+                        texts[os.path.relpath(p, ROOT)] = re.sub(r'"[ \t]*\n[ \t]*"', "", t.replace("\\", ""))
     return texts
 
 
@@ -291,6 +296,13 @@ def main():
     found, printf_like = messages()
     texts = test_texts()
     table, problems = no_test_table()
+    if mode == "--prune":  # drop the no_test.txt lines of messages a test asserts now
+        lines = open(NO_TEST, encoding="utf-8").read().splitlines(keepends=True)
+        keep = [x for x in lines if x.startswith("#") or len(x.split(" || ")) != 3 or
+                not tests_for(x.split(" || ")[1], texts)]
+        open(NO_TEST, "w", encoding="utf-8").writelines(keep)
+        print(f"tests/errors/no_test.txt: {len(lines) - len(keep)} line(s) of messages now asserted removed")
+        return 0
     if mode == "--write":
         os.makedirs(os.path.dirname(DOC), exist_ok=True)
         open(DOC, "w", encoding="utf-8").write(render(found, texts, table))

@@ -6,7 +6,11 @@ their expected texts are what ties an entry to the test that produces it.
 Every case must fail as stated, or this test fails; it names the case.
 The cases come in groups (one ctest each, errors.produce_GROUP, so that they
 run in parallel); with no GROUP, all of them."""
+import base64
+import gzip
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,8 +22,13 @@ G = os.path.join(ROOT, "inputs", "gpt2_nano.in")
 tmp = tempfile.mkdtemp(prefix="fmhpc_produce_")
 
 
+MADE = set()  # every file a case writes has its own name (cases are made before any runs)
+
+
 def deck(name, text):
     p = os.path.join(tmp, name)
+    assert p not in MADE, f"produce.py: two cases write {name}"
+    MADE.add(p)
     with open(p, "w") as f:
         f.write(text)
     return p
@@ -141,12 +150,378 @@ TASKS = [
      ["&ifd inputs = '': task = 'ifd' needs a JSONL file of instruction/response records"]),
 ]
 
-GROUPS = {"cli": CLI, "deck": DECK, "tasks": TASKS}
+# Small files to break: a byte-level tokenizer.json (the fuzz seed of GPT-2's
+# first 268 tokens and <|endoftext|>), GPT-2 directories and tiktoken files
+# made from it, JSONL corpora.
+SEED = json.load(open(os.path.join(ROOT, "tests", "fuzz", "corpus", "tokenizer_json", "seed_gpt2"), encoding="utf-8"))
+
+
+def raw(name, data):
+    p = os.path.join(tmp, name)
+    assert p not in MADE, f"produce.py: two cases write {name}"
+    MADE.add(p)
+    with open(p, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+    return p
+
+
+def tok_json(name, edit=None):
+    """The seed tokenizer.json, changed by edit(d)."""
+    d = json.loads(json.dumps(SEED))
+    if edit:
+        edit(d)
+    return raw(name, json.dumps(d))
+
+
+def vocab_set(key, value):
+    return lambda d: d["model"]["vocab"].__setitem__(key, value)
+
+
+def gpt2_dir(name, bpe):
+    d = os.path.join(tmp, name)
+    os.makedirs(d, exist_ok=True)
+    enc = dict(SEED["model"]["vocab"], **{"<|endoftext|>": 268})
+    raw(os.path.join(name, "encoder.json"), json.dumps(enc))
+    raw(os.path.join(name, "vocab.bpe"), "#version: 0.2\n" + bpe)
+    return d
+
+
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+BYTES = [f"{b64(bytes([i]))} {i}\n" for i in range(256)]  # a tiktoken file's single-byte ranks
+# 50257 ranks: r50k_base keeps 50256 for <|endoftext|>, which this file gives a token
+R50K_FULL = BYTES + [f"{b64(bytes([1 + i // 256, i % 256]))} {256 + i}\n" for i in range(50001)]
+
+
+def jsonl(name, lines):
+    return raw(name, b"".join(x if isinstance(x, bytes) else x.encode() for x in lines))
+
+
+TOK = tok_json("tok.json")
+GOOD = jsonl("good.jsonl", ['{"text": "hello world, this is a document"}\n'] * 3)
+BAD2 = jsonl("bad2.jsonl", ['{"text": "ok"}\n', '{"text": x}\n'])  # line 2, column 10: bad number
+NOTEXT = jsonl("notext.jsonl", ['{"x": 1}\n'])
+SFT = "mode='sft' sections='prompt=user','response=assistant' train_on='assistant'"
+DECK_TMPL = "mode='sft' train_on='assistant' chat_template='deck' role_names='user','assistant' role_prefix='U','A' role_suffix='',''"
+
+
+def prep(name, inputs, extra=""):
+    return deck(name, f"&run task='prep' /\n&prep inputs='{inputs}' tokenizer='{TOK}' output='{tmp}/out_{name}' "
+                      f"seq_len=16 {extra} /\n")
+
+
+def tok_task(name, inputs, extra=""):
+    return deck(name, f"&run task='tokenizer' /\n&tokenizer inputs='{inputs}' output='{tmp}/{name}.json' {extra} /\n")
+
+
+def dedup(name, inputs, extra=""):
+    return deck(name, f"&run task='dedup' /\n&dedup inputs='{inputs}' fields='text' {extra} /\n")
+
+
+HINT_JSON = "hint: the file must be strict JSON (RFC 8259)"
+HINT_BAD = "hint: fix the record, or set &prep on_bad_record = 'skip' to count and skip bad records"
+
+# Tokenizer files, through fmhpc --encode (src/tokenizer/load.c, vocab.c; the JSON reader src/core/json.c)
+TOKENIZER = [
+    ("json_control_char", ["--encode", raw("j1.json", '{"a": "x\ty"}')], 1,
+     ["j1.json:1:9: control character 0x09 in string (must be escaped)", HINT_JSON]),
+    ("json_bad_utf8", ["--encode", raw("j2.json", b'{"a": "x\xff"}')], 1, ["j2.json:1:9: invalid UTF-8 in string"]),
+    ("json_short_u_escape", ["--encode", raw("j3.json", '{"a": "\\u12"}')], 1,
+     ["j3.json:1:8: bad \\u escape (needs 4 hex digits)"]),
+    ("json_lone_high", ["--encode", raw("j4.json", '{"a": "\\ud800x"}')], 1, ["j4.json:1:8: lone high surrogate \\uD800"]),
+    ("json_lone_low", ["--encode", raw("j5.json", '{"a": "\\udc00"}')], 1, ["j5.json:1:8: lone low surrogate \\uDC00"]),
+    ("json_bad_escape", ["--encode", raw("j6.json", '{"a": "\\q"}')], 1, ["j6.json:1:8: bad escape '\\q'"]),
+    ("json_bad_number", ["--encode", raw("j7.json", '{"a": -}')], 1, ["j7.json:1:7: bad number"]),
+    ("json_leading_zero", ["--encode", raw("j8.json", '{"a": 01}')], 1, ["j8.json:1:7: leading zero in number"]),
+    ("json_exponent", ["--encode", raw("j9.json", '{"a": 1e}')], 1, ["j9.json:1:9: digit expected in exponent"]),
+    ("json_key", ["--encode", raw("j10.json", '{1: 2}')], 1, ["j10.json:1:2: object key (a string) expected"]),
+    ("json_colon", ["--encode", raw("j11.json", '{"a" 2}')], 1, ["j11.json:1:6: ':' expected after object key"]),
+    ("json_trailing_comma", ["--encode", raw("j12.json", '{"a": 2,}')], 1, ["j12.json:1:9: trailing comma"]),
+    ("json_comma", ["--encode", raw("j13.json", '{"a": 2 "b"}')], 1, ["j13.json:1:9: ',' or '}' expected"]),
+    ("json_end", ["--encode", raw("j14.json", '{"a": ')], 1, ["j14.json:1:7: value expected, found end of input"]),
+    ("json_after", ["--encode", raw("j15.json", '{"a": 1} x')], 1, ["j15.json:1:10: unexpected text after the JSON value"]),
+    ("vocab_not_object", ["--encode", tok_json("v1.json", lambda d: d["model"].__setitem__("vocab", [1]))], 1,
+     ["v1.json: model.vocab must be an object of token -> id"]),
+    ("vocab_negative_id", ["--encode", tok_json("v2.json", vocab_set("zz", -1))], 1,
+     ["v2.json: model.vocab[\"zz\"]: the id must be an integer in [0, 2^31-1)"]),
+    ("vocab_not_bytelevel", ["--encode", tok_json("v3.json", vocab_set("a b", 5))], 1,
+     ["v3.json: model.vocab[\"a b\"]: not a ByteLevel token",
+      "hint: fmhpc supports byte-level BPE: every vocabulary token is GPT-2 ByteLevel text"]),
+    ("vocab_id_taken", ["--encode", tok_json("v4.json", vocab_set("zz", 5))], 1,
+     ["v4.json: model.vocab[\"zz\"]: id 5 is already another token's id"]),
+    ("vocab_id_far", ["--encode", tok_json("v5.json", vocab_set("zz", 100000000))], 1,
+     ["v5.json: model.vocab: id 100000000 is beyond the 270 tokens the file defines (at most 1293 here)",
+      "hint: a vocabulary's ids are dense: 0 .. (number of tokens - 1), with few holes"]),
+    ("vocab_missing_byte", ["--encode", tok_json("v7.json", lambda d: d["model"]["vocab"].pop("\u0100"))], 1,
+     ["v7.json: the vocabulary has no token for byte 0x00 (ByteLevel \"\u0100\"): not a byte-level BPE",
+      "hint: fmhpc supports byte-level BPE tokenizers (GPT-2, tiktoken, Llama 3, its own)"]),
+    ("normalizer", ["--encode", tok_json("v6.json", lambda d: d.__setitem__("normalizer", {"type": "NFC"}))], 1,
+     ["v6.json: normalizer type 'NFC': not supported: fmhpc encodes the bytes as given (no normalization)"]),
+    ("gpt2_dir_without_encoder", ["--encode", os.path.join(tmp)], 1,
+     [os.path.join(tmp, "encoder.json") + ": cannot read: No such file or directory"]),
+    ("gpt2_merge_not_in_encoder", ["--encode", gpt2_dir("g1", "q zz\n")], 1,
+     ["vocab.bpe line 2: merge 'q zz': the right token is not in encoder.json",
+      "hint: vocab.bpe and encoder.json must come from the same tokenizer"]),
+    ("gpt2_not_a_merge", ["--encode", gpt2_dir("g2", "qzz\n")], 1,
+     ["vocab.bpe line 2: not a merge: 'qzz'", "hint: each line of vocab.bpe is two tokens separated by one space"]),
+    ("tiktoken_unknown_name", ["--encode", raw("foo.tiktoken", "".join(BYTES))], 1,
+     ["foo.tiktoken: a tiktoken rank file does not say its pre-tokenizer pattern or special tokens, and the name "
+      "'foo.tiktoken' is not a known encoding"]),
+    ("tiktoken_malformed", ["--encode", raw("r50k_base.tiktoken", "".join(BYTES) + "xx\n")], 1,
+     ["r50k_base.tiktoken line 257: malformed"]),
+    ("tiktoken_rank_twice", ["--encode", raw("r50k_base_2.tiktoken", "".join(BYTES) + f"{b64(b'ab')} 5\n")], 1,
+     ["r50k_base_2.tiktoken line 257: rank 5 appears twice"]),
+    ("tiktoken_rank_far", ["--encode", raw("r50k_base_3.tiktoken", "".join(BYTES) + f"{b64(b'ab')} 900000000\n")], 1,
+     ["r50k_base_3.tiktoken: line 257: rank 900000000 is beyond the 257 tokens the file defines (at most 1280 here)"]),
+    ("tiktoken_special_taken", ["--encode", raw("r50k_base_4.tiktoken", "".join(R50K_FULL))], 1,
+     ["r50k_base_4.tiktoken: rank 50256 is a token of the file, but r50k_base needs it for <|endoftext|>"]),
+    ("tokenizer_unreadable", ["--encode", "/proc/self/mem"], 1, ["/proc/self/mem: cannot read: Input/output error"]),
+    ("tokenizer_task_bad_json", [tok_task("k1.in", BAD2, "vocab_size=300")], 1,
+     ["bad2.jsonl:2:10: malformed JSON: bad number"]),
+    ("tokenizer_task_no_text", [tok_task("k2.in", NOTEXT, "vocab_size=300")], 1,
+     ["notext.jsonl:1: record has no string field 'text'"]),
+    ("tokenizer_task_specials", [tok_task("k3.in", GOOD, "vocab_size=257 special_tokens='<|a|>','<|b|>'")], 2,
+     ["tokenizer: vocab_size 257 leaves 255 ids after 2 special tokens; at least 256 (the bytes) are needed"]),
+    ("tokenizer_task_unwritable", [deck("k4.in", f"&run task='tokenizer' /\n&tokenizer inputs='{GOOD}' output='/proc/nope/k4.json' vocab_size=300 /\n")], 1,
+     ["/proc/nope/k4.json.tmp.", ": cannot write: No such file or directory",
+      "hint: check that the directory exists and is writable"]),
+]
+
+# Corpora and their tasks: prep (src/data/prep*.c, JSONL readers src/core/jsonl.c), dedup
+DATA = [
+    ("prep_bad_json", [prep("p1.in", BAD2)], 1,
+     ["bad2.jsonl:2: column 10: malformed JSON: bad number", HINT_BAD]),
+    ("prep_skip_bad_json", [prep("p1b.in", BAD2, "on_bad_record='skip'")], 0,
+     ["bad2.jsonl:2: skipped: column 10: malformed JSON: bad number"]),
+    ("prep_record_not_object", [prep("p2.in", jsonl("a2.jsonl", ['[1]\n']))], 1,
+     ["a2.jsonl:1: the record is a JSON array, expected an object", HINT_BAD]),
+    ("prep_text_not_string", [prep("p3.in", jsonl("a3.jsonl", ['{"text": 5}\n']))], 1,
+     ["a3.jsonl:1: field 'text' is number, expected a string"]),
+    ("prep_bad_utf8", [prep("p4.in", jsonl("a4.jsonl", [b'{"text": "a\xff"}\n']))], 1,
+     ["a4.jsonl:1: invalid UTF-8 at byte 12 of the line"]),
+    ("prep_no_records", [prep("p5.in", jsonl("a5.jsonl", ['\n']))], 1,
+     ["prep: the inputs hold no records", "hint: check &prep inputs"]),
+    ("prep_gzip_cut", [prep("p6.in", raw("cut.jsonl.gz", gzip.compress(b'{"text": "hello world"}\n' * 100)[:40]))], 1,
+     ["cut.jsonl.gz: truncated gzip stream after 40 raw bytes", "hint: the file was cut short; recompress it"]),
+    ("prep_gzip_corrupt", [prep("p7.in", raw("bad.jsonl.gz", b"\x1f\x8b\x08\x00garbagegarbagegarbage"))], 1,
+     ["bad.jsonl.gz: gzip error near raw byte 18: invalid code lengths set"]),
+    ("prep_zstd_corrupt", [prep("p8.in", raw("bad.jsonl.zst", b"\x28\xb5\x2f\xfdgarbagegarbage"))], 1,
+     ["bad.jsonl.zst: zstd error: "]),
+    ("prep_bad_tokenizer", [deck("p9.in", f"&run task='prep' /\n&prep inputs='{GOOD}' tokenizer='{tmp}/v1.json' output='{tmp}/o9' /\n")], 1,
+     ["v1.json: model.vocab must be an object of token -> id",
+      "hint: &prep tokenizer names a tokenizer.json, a *.tiktoken file or a GPT-2 directory"]),
+    ("prep_tokenizer_without_eos", [deck("p10.in", f"&run task='prep' /\n&prep inputs='{GOOD}' output='{tmp}/o10' "
+                                                   f"tokenizer='{tok_json('noeos.json', lambda d: d.__setitem__('added_tokens', []))}' /\n")], 1,
+     ["noeos.json: the tokenizer has no end-of-document token", "hint: add '<|endoftext|>' as a special token"]),
+    ("prep_output_unwritable", [deck("p17.in", f"&run task='prep' /\n&prep inputs='{GOOD}' tokenizer='{TOK}' output='/proc/nope' /\n")], 1,
+     ["/proc/nope/.prep_work: cannot create: No such file or directory", "hint: &prep output must be a writable directory"]),
+    ("sft_section_not_string", [prep("p12.in", jsonl("s1.jsonl", ['{"prompt": 5, "response": "b"}\n']), SFT)], 1,
+     ["s1.jsonl:1: section 'prompt' is number, expected a string"]),
+    ("sft_messages_not_list", [prep("p13.in", jsonl("s2.jsonl", ['{"messages": 5}\n']), "mode='sft' train_on='assistant'")], 1,
+     ["s2.jsonl:1: field 'messages' is number, expected a list of 1..256 {role, content} turns"]),
+    ("sft_turn_fields", [prep("p14.in", jsonl("s3.jsonl", ['{"messages": [{"role": "user"}]}\n']), "mode='sft' train_on='assistant'")], 1,
+     ["s3.jsonl:1: messages[0] needs string fields 'role' and 'content'"]),
+    ("sft_unknown_role", [prep("p15.in", jsonl("s4.jsonl", ['{"messages": [{"role": "bot", "content": "a longer piece of content, past min_chars"}, '
+                                                             '{"role": "assistant", "content": "a longer piece of content, past min_chars"}]}\n']), DECK_TMPL)], 1,
+     ["s4.jsonl:1: role 'bot' is not in the deck template's role_names"]),
+    ("dedup_bad_json", [dedup("dedup1.in", BAD2, f"output='{tmp}/d1.jsonl'")], 1,
+     ["bad2.jsonl:2:10: malformed JSON: bad number", "hint: every non-blank line must be one JSON object"]),
+    ("dedup_no_field", [dedup("dedup2.in", NOTEXT, f"output='{tmp}/d2.jsonl'")], 1,
+     ["notext.jsonl:1: record has no string field 'text'", "hint: set &dedup fields to the record's text fields"]),
+    ("dedup_output_unwritable", [dedup("dedup3.in", GOOD, "output='/proc/nope/d3.jsonl'")], 1,
+     ["/proc/nope/d3.jsonl: cannot create: No such file or directory", "hint: check &dedup output"]),
+    ("dedup_dropped_unwritable", [dedup("dedup4.in", GOOD, f"output='{tmp}/d4.jsonl' dropped='/proc/nope/x'")], 1,
+     ["/proc/nope/x: cannot create: No such file or directory", "hint: check &dedup dropped"]),
+    ("dedup_report_unwritable", [dedup("dedup5.in", GOOD, f"output='{tmp}/d5.jsonl' report='/proc/nope/x'")], 1,
+     ["/proc/nope/x: cannot create: No such file or directory", "hint: check &dedup report"]),
+]
+
+
+# A model to break: a tiny Llama trained for 2 steps on a store prepped here with the seed tokenizer
+# (fmhpc writes them, in the group's setup), then changed one way per case.
+MODEL = ("&model arch='llama' d_model=16 n_layer=1 n_head=2 n_kv_head=1 d_ff=32 vocab_size=269 seq_len=16 /\n")
+
+
+def run_ok(argv, what):
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    r = subprocess.run([FMHPC] + argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
+    if r.returncode != 0:
+        sys.exit(f"FAIL: making the fixture ({what}) failed with status {r.returncode}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+
+def trained():
+    """tmp/fx: corpus.jsonl, store/{train,valid}.json, run/ckpt/step_*.h5, run/final (config.json, model.safetensors)."""
+    fx = os.path.join(tmp, "fx")
+    if os.path.isdir(os.path.join(fx, "run", "final")):
+        return fx
+    os.makedirs(fx, exist_ok=True)
+    jsonl(os.path.join("fx", "corpus.jsonl"),
+          [json.dumps({"text": f"hello world, this is document number {i} of a tiny corpus for tests."}) + "\n"
+           for i in range(40)])
+    run_ok([deck(os.path.join("fx", "prep.in"),
+                 f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{fx}/store' "
+                 "seq_len=16 min_chars=1 valid_fraction=0.2 /\n")], "prep")
+    run_ok([deck(os.path.join("fx", "train.in"),
+                 f"&run task='train' out_dir='{fx}/run' /\n{MODEL}&data train='{fx}/store/train.json' "
+                 f"valid='{fx}/store/valid.json' /\n&train steps=2 global_batch=2 micro_batch=1 /\n"
+                 "&optim warmup_steps=0 /\n&ckpt every=1 /\n&log plot=.false. /\n")], "train")
+    return fx
+
+
+def hf_dir(name, header=None, data=None, raw_header=None, raw_file=None, config=None, raw_config=None,
+           safetensors=True):
+    """A copy of the trained run's final/ with its safetensors header changed by header(h) or replaced by
+    raw_header, its data replaced, the whole file replaced, or config.json changed by config(c)."""
+    fx = trained()
+    st = open(os.path.join(fx, "run", "final", "model.safetensors"), "rb").read()
+    n = int.from_bytes(st[:8], "little")
+    h, body = json.loads(st[8:8 + n]), st[8 + n:]
+    c = json.load(open(os.path.join(fx, "run", "final", "config.json")))
+    d = os.path.join(tmp, name)
+    os.makedirs(d, exist_ok=True)
+    if config:
+        config(c)
+    raw(os.path.join(name, "config.json"), raw_config if raw_config is not None else json.dumps(c))
+    if raw_file is not None:
+        raw(os.path.join(name, "model.safetensors"), raw_file)
+    elif safetensors:
+        if header:
+            header(h)
+        hb = raw_header if raw_header is not None else json.dumps(h).encode()
+        raw(os.path.join(name, "model.safetensors"), len(hb).to_bytes(8, "little") + hb + (body if data is None else data))
+    return d
+
+
+def generate(name, model, extra=""):
+    return deck(name, f"&run task='generate' out_dir='{tmp}/gen' /\n{MODEL}&generate model='{model}' "
+                      f"tokenizer='{TOK}' prompts='hello' max_tokens=4 {extra} /\n")
+
+
+EMB = "model.embed_tokens.weight"
+NORM0 = "model.layers.0.input_layernorm.weight"
+
+
+def entry(name, edit):
+    return lambda h: edit(h[name])
+
+
+def config_set(key, value):
+    return lambda c: c.__setitem__(key, value)
+
+
+HINT_ST = "hint: the file is truncated or corrupted, or not a safetensors file: copy or download it again"
+HINT_CFG = "hint: this model cannot be loaded into fmhpc's llama as it is"
+
+
+def interop_cases():
+    """Safetensors files and config.json of HF model directories (src/interop), through task = 'generate'."""
+    fx = trained()
+    st = open(os.path.join(fx, "run", "final", "model.safetensors"), "rb").read()
+    hdr = json.loads(st[8:8 + int.from_bytes(st[:8], "little")])
+    header_twice = json.dumps(hdr).encode()[:-1] + b', "' + EMB.encode() + b'": ' + json.dumps(hdr[EMB]).encode() + b"}"
+    body = st[8 + int.from_bytes(st[:8], "little"):]
+    os.makedirs(os.path.join(tmp, "cfg_is_dir", "config.json"), exist_ok=True)
+    return [
+        ("st_metadata_not_object", [generate("s1.in", hf_dir("s1", lambda h: h.__setitem__("__metadata__", 5)))], 1,
+         ["s1/model.safetensors: \"__metadata__\" is a JSON number, not an object"]),
+        ("st_metadata_member", [generate("s2.in", hf_dir("s2", lambda h: h.__setitem__("__metadata__", {"a": 5})))], 1,
+         ["s2/model.safetensors: \"__metadata__\" member \"a\" is a JSON number, not a string"]),
+        ("st_metadata_nul", [generate("s3.in", hf_dir("s3", lambda h: h.__setitem__("__metadata__", {"a": "x\u0000y"})))], 1,
+         ["s3/model.safetensors: \"__metadata__\" holds a NUL character"]),
+        ("st_shape_not_array", [generate("s4.in", hf_dir("s4", entry(EMB, lambda e: e.__setitem__("shape", 5))))], 1,
+         ["s4/model.safetensors: tensor \"model.embed_tokens.weight\": \"shape\" is a JSON number, not an array of sizes"]),
+        ("st_shape_dims", [generate("s5.in", hf_dir("s5", entry(EMB, lambda e: e.__setitem__("shape", [1] * 20))))], 1,
+         ["tensor \"model.embed_tokens.weight\": shape has 20 dimensions; fmhpc reads at most 8"]),
+        ("st_offsets_not_pair", [generate("s6.in", hf_dir("s6", entry(EMB, lambda e: e.__setitem__("data_offsets", 5))))], 1,
+         ["tensor \"model.embed_tokens.weight\": \"data_offsets\" must be an array [begin, end]"]),
+        ("st_entry_not_object", [generate("s7.in", hf_dir("s7", lambda h: h.__setitem__(EMB, 5)))], 1,
+         ["tensor \"model.embed_tokens.weight\": entry is a JSON number, not an object {dtype, shape, data_offsets}"]),
+        ("st_unknown_member", [generate("s8.in", hf_dir("s8", entry(EMB, lambda e: e.__setitem__("x", 5))))], 1,
+         ["tensor \"model.embed_tokens.weight\": unknown member \"x\"", "hint: an entry has exactly dtype, shape and data_offsets"]),
+        ("st_no_dtype", [generate("s9.in", hf_dir("s9", entry(EMB, lambda e: e.pop("dtype"))))], 1,
+         ["tensor \"model.embed_tokens.weight\": no \"dtype\""]),
+        ("st_unknown_dtype", [generate("s10.in", hf_dir("s10", entry(EMB, lambda e: e.__setitem__("dtype", "Q9"))))], 1,
+         ["tensor \"model.embed_tokens.weight\": unknown dtype \"Q9\"",
+          "hint: known dtypes: BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64"]),
+        ("st_elements_overflow", [generate("s11.in", hf_dir("s11", entry(EMB, lambda e: e.__setitem__("shape", [2**40, 2**40]))))], 1,
+         ["tensor \"model.embed_tokens.weight\": shape's element count overflows 64 bits", HINT_ST]),
+        ("st_bytes_overflow", [generate("s12.in", hf_dir("s12", entry(EMB, lambda e: e.__setitem__("shape", [2**31, 2**31]))))], 1,
+         ["tensor \"model.embed_tokens.weight\": shape's byte count overflows 64 bits"]),
+        ("st_offsets_reversed", [generate("s13.in", hf_dir("s13", entry(EMB, lambda e: e.__setitem__("data_offsets", [10, 5]))))], 1,
+         ["tensor \"model.embed_tokens.weight\": data_offsets [10, 5] end before they begin"]),
+        ("st_truncated", [generate("s14.in", hf_dir("s14", data=body[:-100]))], 1,
+         ["tensor \"model.layers.0.self_attn.v_proj.weight\": data_offsets [26048, 26560] run past the data region, "
+          "which is 26524 bytes (file truncated?)"]),
+        ("st_overlap", [generate("s15.in", hf_dir("s15", entry(NORM0, lambda e: e.__setitem__("data_offsets", [0, 64]))))], 1,
+         ["tensor \"model.embed_tokens.weight\": data_offsets [0, 17216] overlap those of tensor "
+          "\"model.layers.0.input_layernorm.weight\""]),
+        ("st_trailing_bytes", [generate("s16.in", hf_dir("s16", data=body + b"\0" * 16))], 1,
+         ["s16/model.safetensors: 16 bytes after the last tensor's data (data region 26640 bytes, tensors end at 26624)",
+          "hint: the spec requires tensors to cover the data region without holes"]),
+        ("st_name_twice", [generate("s17.in", hf_dir("s17", raw_header=header_twice))], 1,
+         ["tensor \"model.embed_tokens.weight\": appears twice in the header", "hint: the spec disallows duplicate names"]),
+        ("st_header_not_object", [generate("s18.in", hf_dir("s18", raw_header=b"[1]"))], 1,
+         ["s18/model.safetensors: the header does not start with '{' (the spec requires a JSON object)"]),
+        ("st_header_json", [generate("s19.in", hf_dir("s19", raw_header=b"{\"a\": }"))], 1,
+         ["s19/model.safetensors: header JSON at line 1, column 7 (byte 14 of the file): bad number"]),
+        ("st_name_nul", [generate("s20.in", hf_dir("s20", lambda h: h.__setitem__("a\u0000b", h.pop(EMB))))], 1,
+         ["s20/model.safetensors: a tensor name holds a NUL character"]),
+        ("st_too_short", [generate("s21.in", hf_dir("s21", raw_file=b"abc"))], 1,
+         ["s21/model.safetensors: the file is 3 bytes, too short for the 8-byte header length"]),
+        ("st_header_past_end", [generate("s22.in", hf_dir("s22", raw_file=(10**6).to_bytes(8, "little") + b"{}"))], 1,
+         ["s22/model.safetensors: header length 1000000 runs past the end of the file (10 bytes): the file is truncated"]),
+        ("st_integer_dtype", [generate("s23.in", hf_dir("s23", entry(EMB, lambda e: e.__setitem__("dtype", "I32"))))], 1,
+         ["tensor \"model.embed_tokens.weight\": dtype I32 is not a floating-point type fmhpc converts",
+          "hint: weights are read from F32, F16, BF16 or F64 tensors"]),
+        ("st_missing", [generate("s24.in", hf_dir("s24", safetensors=False))], 1,
+         ["s24/model.safetensors: cannot open: No such file or directory", "hint: check the path and permissions"]),
+        ("st_hole", [generate("s25.in", hf_dir("s25", lambda h: h.pop(NORM0)))], 1,
+         ["tensor \"model.layers.0.mlp.down_proj.weight\": data_offsets begin at 17280, leaving a hole of 64 bytes after "
+          "the previous tensor"]),
+        ("config_integer", [generate("c1.in", hf_dir("c1", config=config_set("hidden_size", "16")))], 2,
+         ["c1/config.json: \"hidden_size\" must be an integer, not a JSON string", HINT_CFG]),
+        ("config_number", [generate("c2.in", hf_dir("c2", config=config_set("rms_norm_eps", "x")))], 2,
+         ["c2/config.json: \"rms_norm_eps\" must be a number, not a JSON string"]),
+        ("config_bool", [generate("c3.in", hf_dir("c3", config=config_set("tie_word_embeddings", 1)))], 2,
+         ["c3/config.json: \"tie_word_embeddings\" must be true or false, not a JSON number"]),
+        ("config_string", [generate("c4.in", hf_dir("c4", config=config_set("hidden_act", 1)))], 2,
+         ["c4/config.json: \"hidden_act\" must be a string, not a JSON number"]),
+        ("config_not_object", [generate("c5.in", hf_dir("c5", raw_config="[1]"))], 2, ["c5/config.json: not a JSON object", HINT_CFG]),
+        ("config_bad_json", [generate("c6.in", hf_dir("c6", raw_config="{\"a\": 01}"))], 1, ["c6/config.json:1:7: leading zero in number"]),
+        ("config_no_model_type", [generate("c7.in", hf_dir("c7", config=lambda c: c.pop("model_type")))], 2,
+         ["c7/config.json: no \"model_type\" string; the deck's &model arch is 'llama'"]),
+        ("config_model_type", [generate("c8.in", hf_dir("c8", config=config_set("model_type", "gpt2")))], 2,
+         ["c8/config.json: \"model_type\" = \"gpt2\" but the deck's &model arch = 'llama'"]),
+        ("config_positions", [generate("c9.in", hf_dir("c9", config=config_set("max_position_embeddings", 8)))], 2,
+         ["c9/config.json: \"max_position_embeddings\" = 8 but the deck's &model seq_len = 16 is longer",
+          "hint: to match this model, set in the deck: &model seq_len = 8 /"]),
+        ("config_positions_type", [generate("c10.in", hf_dir("c10", config=config_set("max_position_embeddings", "x")))], 2,
+         ["c10/config.json: \"max_position_embeddings\" must be an integer"]),
+        ("config_rope_scaling", [generate("c11.in", hf_dir("c11", config=config_set("rope_scaling", {"type": "llama3"})))], 2,
+         ["c11/config.json: \"rope_scaling\" is set: fmhpc implements plain RoPE only (rope_scaling null), e.g. Llama 2 "
+          "and 3, not 3.1's scaled RoPE"]),
+        ("config_differs", [generate("c12.in", hf_dir("c12", config=config_set("hidden_size", 32)))], 2,
+         ["c12/config.json: \"hidden_size\" = 32 but the deck's &model d_model gives 16",
+          "hint: to match this model, set in the deck: &model d_model = 32 /"]),
+        ("config_activation", [generate("c13.in", hf_dir("c13", config=config_set("hidden_act", "relu")))], 2,
+         ["c13/config.json: \"hidden_act\" = \"relu\": fmhpc's Llama MLP is SwiGLU (silu)"]),
+        ("config_missing", [generate("c14.in", os.path.join(tmp, "nodir"))], 1,
+         ["nodir/config.json: cannot open: No such file or directory",
+          "hint: a Hugging Face model directory has config.json and model.safetensors"]),
+        ("config_not_a_file", [generate("c15.in", os.path.join(tmp, "cfg_is_dir"))], 1,
+         ["cfg_is_dir/config.json: not a config.json (not a regular file, or over 16 MiB)"]),
+    ]
+
+
+GROUPS = {"cli": CLI, "deck": DECK, "tasks": TASKS, "tokenizer": TOKENIZER, "data": DATA,
+          "interop": interop_cases}
 
 
 def main():
     names = sys.argv[2:] or list(GROUPS)
-    CASES = [c for g in names for c in GROUPS[g]]
+    CASES = [c for g in names for c in (GROUPS[g]() if callable(GROUPS[g]) else GROUPS[g])]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     bad = 0
     for name, argv, status, texts in CASES:
@@ -165,6 +540,7 @@ def main():
         else:
             print(f"ok   {name}: exit {status}, {len(texts)} message(s)")
     print(f"{len(CASES) - bad} of {len(CASES)} cases produce their messages")
+    shutil.rmtree(tmp, ignore_errors=True)
     return 1 if bad or not CASES else 0
 
 

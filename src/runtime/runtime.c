@@ -5,8 +5,15 @@
  * CUDA calls stay in that one file of runtime/). */
 #include "fmhpc/runtime.h"
 
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static int mpi_is_up(void) {
   int init = 0, fin = 0;
@@ -36,10 +43,136 @@ static void runtime_abort_hook(int code) {
   MPI_Abort(MPI_COMM_WORLD, code);
 }
 
+/* ---- the start-up watchdog ------------------------------------------------
+ * A rank lost while the job starts (killed, its node frozen or unreachable)
+ * can leave the others waiting inside MPI_Init's PMIx fence or the first
+ * collective, where no MPI error handler runs; if the launcher does not end
+ * them, the job sits there until the batch limit. Once every rank is up, a
+ * lost rank is the launcher's to report (mpirun and srun end the job at a
+ * rank's abnormal exit; faults.rank_kill). So until MPI_Init and one barrier
+ * over the world have completed, a thread waits with a deadline
+ * (FMHPC_STARTUP_TIMEOUT seconds, default 300, 0 = off); when it passes, the
+ * rank says so on stderr and _exit()s, and the launcher sees a dead rank. The
+ * deck cannot set it: it is read after MPI is up. */
+enum { STARTUP_TIMEOUT_DEFAULT = 300, EXIT_STARTUP = 1 };
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  int armed, done;
+  struct timespec deadline; /* CLOCK_MONOTONIC */
+  char msg[256];            /* composed before arming: the thread only writes it */
+} wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* This process's rank as the launcher tells it, before MPI can; "?" if none does. */
+static const char *launcher_rank(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) return v;
+  }
+  return "?";
+}
+
+static void *watchdog_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&wd.mu);
+  int rc = 0;
+  while (!wd.done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&wd.cv, &wd.mu, &wd.deadline);
+  const int fire = !wd.done;
+  pthread_mutex_unlock(&wd.mu);
+  if (fire) {
+    /* The main thread is inside MPI: no stdio locks, no exit handlers (they
+     * could call into MPI), one write of the whole line, then out. */
+    fflush(stdout);
+    const size_t n = strlen(wd.msg);
+    for (size_t off = 0; off < n;) {
+      const ssize_t w = write(STDERR_FILENO, wd.msg + off, n - off);
+      if (w <= 0 && errno != EINTR) break;
+      if (w > 0) off += (size_t)w;
+    }
+    _exit(EXIT_STARTUP);
+  }
+  return NULL;
+}
+
+/* FMHPC_STARTUP_TIMEOUT in seconds (> 0), 0 when off; -1 after an error message. */
+static double startup_timeout(void) {
+  const char *v = getenv("FMHPC_STARTUP_TIMEOUT");
+  if (!v || !*v) return STARTUP_TIMEOUT_DEFAULT;
+  char *end = NULL;
+  errno = 0;
+  const double t = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(t) || t < 0 || t > 1e6) {
+    fm_err("FMHPC_STARTUP_TIMEOUT='%s': not a number of seconds in [0, 1e6] (0 turns the MPI start-up watchdog off)",
+           v);
+    return -1;
+  }
+  return t;
+}
+
+static int watchdog_arm(void) {
+  const double t = startup_timeout();
+  if (t < 0) return FM_EINVAL;
+  if (t == 0) return 0;
+  snprintf(wd.msg, sizeof wd.msg,
+           "fmhpc[rank %s]: MPI start-up did not complete within %g s (a rank lost during start-up?); "
+           "exiting so that the launcher ends the job (FMHPC_STARTUP_TIMEOUT sets the limit)\n",
+           launcher_rank(), t);
+  pthread_condattr_t attr;
+  if (pthread_condattr_init(&attr)) return FM_ENOMEM;
+  int rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  if (!rc) rc = pthread_cond_init(&wd.cv, &attr);
+  pthread_condattr_destroy(&attr);
+  if (rc) return FM_ENOMEM;
+  clock_gettime(CLOCK_MONOTONIC, &wd.deadline);
+  const double whole = floor(t);
+  wd.deadline.tv_sec += (time_t)whole;
+  wd.deadline.tv_nsec += (long)((t - whole) * 1e9);
+  if (wd.deadline.tv_nsec >= 1000000000L) {
+    wd.deadline.tv_sec++;
+    wd.deadline.tv_nsec -= 1000000000L;
+  }
+  wd.done = 0;
+  if (pthread_create(&wd.thread, NULL, watchdog_main, NULL)) {
+    pthread_cond_destroy(&wd.cv);
+    return FM_ENOMEM;
+  }
+  wd.armed = 1;
+  return 0;
+}
+
+static void watchdog_disarm(void) {
+  if (!wd.armed) return;
+  pthread_mutex_lock(&wd.mu);
+  wd.done = 1;
+  pthread_cond_signal(&wd.cv);
+  pthread_mutex_unlock(&wd.mu);
+  pthread_join(wd.thread, NULL);
+  pthread_cond_destroy(&wd.cv);
+  wd.armed = 0;
+}
+
+/* FMHPC_TEST_STARTUP_STOP=R (tests/faults): the rank the launcher numbers R
+ * stops itself (SIGSTOP, as a frozen node) before MPI_Init, so the others
+ * wait for it inside MPI_Init: the hang the watchdog bounds. */
+static void test_startup_stop(void) {
+  const char *v = getenv("FMHPC_TEST_STARTUP_STOP");
+  if (!v || strcmp(v, launcher_rank()) != 0) return;
+  fprintf(stderr, "FMHPC_TEST_STARTUP_STOP=%s: rank %s stops itself before MPI_Init\n", v, launcher_rank());
+  fflush(stderr);
+  raise(SIGSTOP);
+}
+
 int fm_runtime_init(int *argc, char ***argv) {
   int init = 0;
   MPI_Initialized(&init);
   if (!init) {
+    int rc = watchdog_arm();
+    if (rc == FM_EINVAL) exit(EXIT_STARTUP); /* every rank reads the same environment */
+    if (rc) fm_warn0("cannot start the MPI start-up watchdog thread; a rank lost during start-up may hang the job");
+    test_startup_stop();
     /* FUNNELED: only the main thread calls MPI; OpenMP threads compute. */
     int provided = MPI_THREAD_SINGLE;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
@@ -57,6 +190,10 @@ int fm_runtime_init(int *argc, char ***argv) {
   FM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   FM_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
   fm_log_set_rank(rank, size);
+  /* Start-up ends when every rank has been heard from: MPI_Init's own fence
+   * may complete before the point-to-point connections are made. */
+  if (wd.armed) FM_CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
+  watchdog_disarm();
   return 0;
 }
 

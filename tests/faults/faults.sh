@@ -31,6 +31,12 @@
 #   rank_file rank 1 alone cannot read the store's shard (MPMD: its own
 #             data%train names a directory without it): every rank stops,
 #             within seconds, and rank 1's message naming the file is shown
+#   startup   a rank lost during start-up (FMHPC_TEST_STARTUP_STOP=1: rank 1
+#             SIGSTOPs itself before MPI_Init, a frozen node the launcher
+#             cannot see): rank 0 waits in MPI_Init. With FMHPC_STARTUP_TIMEOUT=5
+#             the job ends within 60 s, status 1, rank 0 naming the start-up
+#             deadline; with the watchdog off (0) the same job is still
+#             running 15 s later (the hang it bounds). A bad value is refused.
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -216,6 +222,34 @@ rank_file)
   grep -E "fmhpc\[rank 1\]: $H/train_00000.tokens.bin: cannot open" "$WORK/rank_file.log" ||
     { tail -20 "$WORK/rank_file.log"; fail "rank_file: rank 1's message is not shown"; }
   echo "PASS: rank_file"
+  ;;
+startup)
+  # the launcher's own rank processes, stopped or not, killed (cleanup of a hang)
+  kill_job() { local c; for c in $(pgrep -P "$1" || true); do kill -KILL "$c" 2>/dev/null || true; done; kill -KILL "$1" 2>/dev/null || true; }
+  export FMHPC_TEST_STARTUP_STOP=1 FMHPC_STARTUP_TIMEOUT=5
+  t0=$(date +%s)
+  expect startup_watchdog 60 1 "fmhpc\[rank 0\]: MPI start-up did not complete within 5 s \(a rank lost during start-up\?\); exiting so that the launcher ends the job \(FMHPC_STARTUP_TIMEOUT sets the limit\)" \
+    --version < /dev/null
+  took=$(( $(date +%s) - t0 ))
+  grep -q "FMHPC_TEST_STARTUP_STOP=1: rank 1 stops itself before MPI_Init" "$WORK/startup_watchdog.log" ||
+    fail "startup: rank 1 did not stop itself (the hook did not run)"
+  ! grep -q "^fmhpc 0" "$WORK/startup_watchdog.log" || fail "startup: rank 0 got through start-up without rank 1"
+  echo "startup: the job ended ${took} s after its start (deadline 5 s)"
+  # the same without the watchdog: the hang it bounds
+  FMHPC_STARTUP_TIMEOUT=0 "$MPIEXEC" -n 2 "$FMHPC" --version > "$WORK/startup_off.log" 2>&1 < /dev/null &
+  launcher=$!
+  sleep 15
+  if kill -0 "$launcher" 2>/dev/null; then
+    kill_job "$launcher"
+    wait "$launcher" 2>/dev/null || true
+    echo "startup: with FMHPC_STARTUP_TIMEOUT=0 the job was still running after 15 s (killed)"
+  else
+    fail "startup: without the watchdog the job ended by itself: the test no longer shows the hang it guards"
+  fi
+  export FMHPC_TEST_STARTUP_STOP= FMHPC_STARTUP_TIMEOUT=soon
+  expect startup_bad 60 1 \
+    "FMHPC_STARTUP_TIMEOUT='soon': not a number of seconds in \[0, 1e6\] \(0 turns the MPI start-up watchdog off\)" --version
+  echo "PASS: startup"
   ;;
 messages)
   for i in 1 2 3 4 5; do

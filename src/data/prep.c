@@ -25,16 +25,20 @@
 
 /* ---- phase 1: windows -------------------------------------------------- */
 static int pack_window(Prep *p, int64_t w) {
-  FmPacked pk[2];
-  memset(pk, 0, sizeof pk);
+  FmPacked *pk = p->pk;
   for (int s = 0; s < 2; s++) {
-    FmDoc *docs = fm_xmalloc((size_t)(p->ndoc[s] + 1) * sizeof *docs);
+    /* the rows of the last window are overwritten: no allocation (and no
+     * fresh pages to zero) once the buffers have grown to a window's size */
+    pk[s].rows = pk[s].docs = pk[s].tokens_real = pk[s].padding = pk[s].dropped_docs = pk[s].dropped_tokens = 0;
+    if (p->ndoc[s] + 1 > p->docscap) {
+      p->docscap = 2 * (p->ndoc[s] + 1);
+      p->docs = fm_xrealloc(p->docs, (size_t)p->docscap * sizeof *p->docs);
+    }
     for (int64_t i = 0; i < p->ndoc[s]; i++) {
       int64_t a = p->doff[s][2 * i], b = p->doff[s][2 * i + 1];
-      docs[i] = (FmDoc){p->ids + a, p->mask + a, b - a};
+      p->docs[i] = (FmDoc){p->ids + a, p->mask + a, b - a};
     }
-    fm_pack(&pk[s], docs, p->ndoc[s], p->R - 1, p->packing, p->pos, p->pad);
-    free(docs);
+    fm_pack(&pk[s], p->docs, p->ndoc[s], p->R - 1, p->packing, p->pos, p->pad);
   }
   p->stat[ST_docs_train] = pk[0].docs;
   p->stat[ST_docs_valid] = pk[1].docs;
@@ -48,10 +52,7 @@ static int pack_window(Prep *p, int64_t w) {
   p->stat[ST_dropped_tok_valid] = pk[1].dropped_tokens;
   p->stat[ST_rows_train] = pk[0].rows;
   p->stat[ST_rows_valid] = pk[1].rows;
-  int rc = fm__prep_commit_window(p, w, pk);
-  fm_packed_free(&pk[0]);
-  fm_packed_free(&pk[1]);
-  return rc;
+  return fm__prep_commit_window(p, w, pk);
 }
 
 /* Process the records of window w. Returns 0, FM_EDATA (a bad record, already
@@ -66,7 +67,8 @@ static int do_window(Prep *p, int64_t w) {
     int rc = fm__prep_do_record(p, r, &bad);
     if (rc == FM_EDATA && p->skip_bad) {
       p->stat[ST_bad_skipped]++;
-      if (p->stat[ST_bad_skipped] <= 3) fm_err("%s:%lld: skipped: %s", p->in[r->in].path, (long long)r->lineno, bad.why);
+      if (p->stat[ST_bad_skipped] <= 3)
+        fm_err("%s:%lld: skipped: %s", p->in[r->in].path, (long long)r->lineno, bad.why);
       continue;
     }
     if (rc) {
@@ -94,7 +96,8 @@ static int sync_round(Prep *p, int err, int active, int64_t raw_bytes, int *any_
     double el = t - p->t0, frac = p->total_bytes ? (double)raw_bytes / (double)p->total_bytes : 1;
     char eta[32];
     fm_fmt_duration(eta, sizeof eta, frac > 0 ? el * (1 - frac) / frac : -1);
-    fprintf(p->log, "prep: %lld docs (%.0f docs/s), %lld tokens (%.0f tokens/s), %.1f MB read (%.1f MB/s), %.0f%%, ETA %s\n",
+    fprintf(p->log,
+            "prep: %lld docs (%.0f docs/s), %lld tokens (%.0f tokens/s), %.1f MB read (%.1f MB/s), %.0f%%, ETA %s\n",
             (long long)s[2], (double)s[2] / el, (long long)s[3], (double)s[3] / el, (double)raw_bytes / 1e6,
             (double)raw_bytes / 1e6 / el, 100 * frac, eta);
     fflush(p->log);
@@ -161,7 +164,7 @@ static int phase_windows(Prep *p, int64_t *nrecords, bool *stopped) {
     return 0;
   }
   if (rc == FM_EDATA || rc == FM_EMPI) return rc; /* every rank saw it in the same round */
-  if (rc) { /* a read error: join this round with it so that no rank waits */
+  if (rc) {                                       /* a read error: join this round with it so that no rank waits */
     sync_round(p, rc, 0, raw_done, &any);
     return FM_EDATA;
   }
@@ -194,6 +197,12 @@ static void prep_free(Prep *p) {
   free(p->mask);
   free(p->doff[0]);
   free(p->doff[1]);
+  free(p->docs);
+  fm_packed_free(&p->pk[0]);
+  fm_packed_free(&p->pk[1]);
+  free(p->wseg);
+  fm__prep_rowbuf_free(&p->part);
+  fm__prep_rowbuf_free(&p->scratch);
 }
 
 int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
@@ -209,15 +218,17 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   if (!rc) rc = fm__prep_expand_inputs(&p);
   if (!rc) {
     int lr = fm_tok_load(&p.tok, deck->c.prep.tokenizer, err);
-    if (lr && err) fprintf(err, "hint: &prep tokenizer names a tokenizer.json, a *.tiktoken file or a GPT-2 directory\n");
+    if (lr && err)
+      fprintf(err, "hint: &prep tokenizer names a tokenizer.json, a *.tiktoken file or a GPT-2 directory\n");
     rc = agree(world, lr);
   }
   if (!rc) {
     p.eos = fm_tok_eos_id(p.tok);
     p.pad = 0;
     if (p.eos < 0) {
-      if (err) fprintf(err, "%s: the tokenizer has no end-of-document token\nhint: add '<|endoftext|>' as a special token\n",
-                       deck->c.prep.tokenizer);
+      if (err)
+        fprintf(err, "%s: the tokenizer has no end-of-document token\nhint: add '<|endoftext|>' as a special token\n",
+                deck->c.prep.tokenizer);
       rc = FM_EDATA;
     }
   }

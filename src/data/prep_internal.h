@@ -66,6 +66,14 @@ typedef struct Record {
   size_t len;
 } Record;
 
+/* Rows of a split in memory, (cap x R) per array; reused across shards. */
+typedef struct RowBuf {
+  int64_t cap;
+  uint32_t *tok;
+  uint8_t *mask;
+  int32_t *seg, *pos;
+} RowBuf;
+
 typedef struct Prep {
   const FmDeck *deck;
   FmComm *world;
@@ -95,6 +103,12 @@ typedef struct Prep {
   uint8_t *mask;
   int64_t maskcap;
   int64_t *doff[2], ndoc[2], doccap[2]; /* per split: (start, end) of each document */
+  FmDoc *docs;                          /* one split's documents, for fm_pack */
+  int64_t docscap;
+  FmPacked pk[2]; /* a window's rows; buffers kept across windows */
+  int32_t *wseg;  /* a window's segment lengths, as committed */
+  int64_t wsegcap;
+  RowBuf part, scratch; /* phase 2: this rank's rows of a shard; rows read for a checksum */
   int64_t stat[NSTAT];
   /* progress */
   double t0, t_last;
@@ -130,5 +144,6 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
 void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_t nsh[2], double secs);
 int fm__prep_prepare_dirs(Prep *p);
 void fm__prep_remove_work(const Prep *p, int64_t nW);
+void fm__prep_rowbuf_free(RowBuf *b);
 
 #endif

@@ -6,6 +6,7 @@
 #include "prep_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,10 +22,16 @@ static const char *const stat_names[] = {
 static const char *const split_names[2] = {"train", "valid"};
 
 /* ---- windows ---------------------------------------------------------- */
-/* Window file: "FMWIN1\0\0", int64 R, has_pos, NSTAT, stats[NSTAT], then per
- * split (train, valid): tokens u32, loss_mask u8, segment_ids i32,
- * position_ids i32 (if has_pos), each rows x R. */
-static const char win_magic[8] = "FMWIN1";
+/* Window file: "FMWIN2\0\0", int64 R, has_pos, NSTAT, stats[NSTAT], then per
+ * split (train, valid) int64 nsegs, mask_stored; then per split: tokens u32
+ * (rows x R), segments per row i32 (rows), segment lengths i32 (nsegs), and
+ * loss_mask u8 (rows x R) when mask_stored. Segment and position ids are not
+ * stored: a row is its segments from column 0 on, then padding, so the
+ * lengths rebuild them (and the loss mask too when it is 1 on every real id
+ * and 0 on padding, as in text mode). That is 4-5 bytes per id written and
+ * read back instead of 13. */
+static const char win_magic[8] = "FMWIN2";
+enum { WIN_HDR = 8 + 3 * 8 + NSTAT * 8 + 4 * 8 };
 
 char *fm__prep_win_path(const Prep *p, int64_t w, bool partial) {
   char *s = fm_xmalloc(strlen(p->work) + 48);
@@ -34,21 +41,87 @@ char *fm__prep_win_path(const Prep *p, int64_t w, bool partial) {
 
 static int write_all(FILE *f, const void *b, size_t n) { return fwrite(b, 1, n, f) == n ? 0 : FM_EIO; }
 
+static int pread_all(int fd, void *buf, size_t n, int64_t off) {
+  char *b = buf;
+  while (n > 0) {
+    ssize_t k = pread(fd, b, n, (off_t)off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return FM_EIO;
+    b += k;
+    n -= (size_t)k;
+    off += k;
+  }
+  return 0;
+}
+
+static void wseg_reserve(Prep *p, int64_t n) {
+  if (n <= p->wsegcap) return;
+  p->wsegcap = 2 * n;
+  p->wseg = fm_xrealloc(p->wseg, (size_t)p->wsegcap * sizeof *p->wseg);
+}
+
+/* The segments of pk's rows appended to p->wseg at `at`: a count per row,
+ * then every length. Sets the number of lengths and whether the mask must be
+ * stored. Checks that every row is segments 1..k from column 0 on, then
+ * padding, with the position ids of p->pos: what read_window_rows rebuilds. */
+static int row_segments(Prep *p, const FmPacked *pk, int64_t at, int64_t *nsegs, int64_t *mask_stored) {
+  int64_t R = p->R, rows = pk->rows, n = 0;
+  bool cont = p->pos == FM_POS_CONTINUOUS;
+  uint8_t odd = 0;
+  wseg_reserve(p, at + rows);
+  for (int64_t r = 0; r < rows; r++) {
+    const int32_t *seg = pk->segment_ids + r * R, *pos = pk->position_ids + r * R;
+    const uint8_t *m = pk->loss_mask + r * R;
+    wseg_reserve(p, at + rows + n + R);
+    int32_t k = 0, *len = p->wseg + at + rows;
+    int64_t t = 0;
+    while (t < R && seg[t] != 0) {
+      if (seg[t] != k + 1) return FM_EINVAL;
+      int64_t e = t;
+      int32_t bad = 0;
+      for (; e < R && seg[e] == k + 1; e++) {
+        bad |= pos[e] != (int32_t)(cont ? e : e - t);
+        odd |= (uint8_t)(m[e] ^ 1);
+      }
+      if (bad) return FM_EINVAL;
+      len[n++] = (int32_t)(e - t);
+      k++;
+      t = e;
+    }
+    for (; t < R; t++) {
+      if (seg[t] != 0 || pos[t] != (int32_t)(cont ? t : 0)) return FM_EINVAL;
+      odd |= m[t];
+    }
+    p->wseg[at + r] = k;
+  }
+  *nsegs = n;
+  *mask_stored = odd != 0;
+  return 0;
+}
+
 int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   char *part = fm__prep_win_path(p, w, true), *fin = fm__prep_win_path(p, w, false);
+  int64_t hdr[3] = {p->R, p->pos != FM_POS_NONE, NSTAT}, sec[2][2] = {{0, 0}, {0, 0}};
+  for (int s = 0; s < 2; s++)
+    if (row_segments(p, &pk[s], s ? pk[0].rows + sec[0][0] : 0, &sec[s][0], &sec[s][1])) {
+      fm_err("internal: window %lld: packed rows are not segments then padding; the window file cannot hold them",
+             (long long)w);
+      free(part);
+      free(fin);
+      return FM_EINVAL;
+    }
   FILE *f = fopen(part, "wb");
   int rc = f ? 0 : FM_EIO;
-  int64_t hdr[3] = {p->R, p->pos != FM_POS_NONE, NSTAT};
   if (!rc) rc = write_all(f, win_magic, 8);
   if (!rc) rc = write_all(f, hdr, sizeof hdr);
   if (!rc) rc = write_all(f, p->stat, sizeof p->stat);
+  if (!rc) rc = write_all(f, sec, sizeof sec);
   for (int s = 0; s < 2 && !rc; s++) {
     size_t n = (size_t)(pk[s].rows * p->R);
     if (!n) continue;
     rc = write_all(f, pk[s].tokens, n * 4);
-    if (!rc) rc = write_all(f, pk[s].loss_mask, n);
-    if (!rc) rc = write_all(f, pk[s].segment_ids, n * 4);
-    if (!rc && p->pos != FM_POS_NONE) rc = write_all(f, pk[s].position_ids, n * 4);
+    if (!rc) rc = write_all(f, p->wseg + (s ? pk[0].rows + sec[0][0] : 0), (size_t)(pk[s].rows + sec[s][0]) * 4);
+    if (!rc && sec[s][1]) rc = write_all(f, pk[s].loss_mask, n);
   }
   if (f && (fflush(f) || fsync(fileno(f)))) rc = FM_EIO;
   if (f && fclose(f)) rc = FM_EIO;
@@ -58,7 +131,6 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   free(fin);
   return rc;
 }
-
 
 /* ---- phase 2: placement and shards ------------------------------------ */
 
@@ -82,32 +154,82 @@ int fm__prep_read_window_header(const Prep *p, int64_t w, WinInfo *wi) {
   return rc;
 }
 
-/* Read rows [r0, r0+n) of split s of window w into the part buffers at row
- * offset `at`. */
-static int read_window_rows(const Prep *p, int64_t w, const WinInfo *wi, int s, int64_t r0, int64_t n, int64_t at,
-                            uint32_t *tok, uint8_t *mask, int32_t *seg, int32_t *pos) {
+static void rowbuf_reserve(RowBuf *b, int64_t rows, int64_t R) {
+  if (rows <= b->cap) return;
+  fm__prep_rowbuf_free(b);
+  b->cap = rows;
+  size_t n = (size_t)(rows * R);
+  b->tok = fm_xmalloc(n * 4);
+  b->mask = fm_xmalloc(n);
+  b->seg = fm_xmalloc(n * 4);
+  b->pos = fm_xmalloc(n * 4);
+}
+
+void fm__prep_rowbuf_free(RowBuf *b) {
+  free(b->tok);
+  free(b->mask);
+  free(b->seg);
+  free(b->pos);
+  memset(b, 0, sizeof *b);
+}
+
+/* Rows [r0, r0+n) of split s of window w (whose header wi holds) into b at
+ * row `at`: tokens (and a stored mask) as read, segment and position ids
+ * (and a mask not stored) rebuilt from the segment lengths. */
+static int read_window_rows(Prep *p, int64_t w, const WinInfo *wi, int s, int64_t r0, int64_t n, int64_t at,
+                            RowBuf *b) {
   char *path = fm__prep_win_path(p, w, false);
-  FILE *f = fopen(path, "rb");
-  int rc = f ? 0 : FM_EIO;
-  int has_pos = p->pos != FM_POS_NONE;
-  int64_t R = p->R, base = 8 + 3 * 8 + NSTAT * 8;
-  int64_t per_row = R * (4 + 1 + 4 + (has_pos ? 4 : 0));
-  if (s == 1) base += wi->rows[0] * per_row;
-  int64_t nr = wi->rows[s];
-  struct {
-    void *dst;
-    int64_t elem;
-  } arr[4] = {{tok, 4}, {mask, 1}, {seg, 4}, {pos, 4}};
-  int64_t off = base;
-  for (int a = 0; a < 3 + has_pos && !rc; a++) {
-    if (fseeko(f, (off_t)(off + r0 * R * arr[a].elem), SEEK_SET) ||
-        fread((char *)arr[a].dst + at * R * arr[a].elem, (size_t)(R * arr[a].elem), (size_t)n, f) != (size_t)n)
-      rc = FM_EIO;
-    off += nr * R * arr[a].elem;
+  int fd = open(path, O_RDONLY);
+  int64_t R = p->R, sec[2][2] = {{0, 0}, {0, 0}}, nr = wi->rows[s];
+  int rc = fd >= 0 ? pread_all(fd, sec, sizeof sec, WIN_HDR - (int64_t)sizeof sec) : FM_EIO;
+  int64_t off = WIN_HDR;
+  if (s == 1) off += wi->rows[0] * R * 4 + (wi->rows[0] + sec[0][0]) * 4 + (sec[0][1] ? wi->rows[0] * R : 0);
+  int64_t o_cnt = off + nr * R * 4, o_len = o_cnt + nr * 4, o_mask = o_len + sec[s][0] * 4;
+  if (!rc) rc = pread_all(fd, b->tok + at * R, (size_t)(n * R * 4), off + r0 * R * 4);
+  if (!rc && sec[s][1]) rc = pread_all(fd, b->mask + at * R, (size_t)(n * R), o_mask + r0 * R);
+  wseg_reserve(p, r0 + n);
+  if (!rc) rc = pread_all(fd, p->wseg, (size_t)(r0 + n) * 4, o_cnt);
+  int64_t s0 = 0, ns = 0;
+  for (int64_t r = 0; !rc && r < r0 + n; r++) {
+    if (p->wseg[r] < 0 || p->wseg[r] > R)
+      rc = FM_EDATA;
+    else if (r < r0)
+      s0 += p->wseg[r];
+    else
+      ns += p->wseg[r];
   }
-  if (rc) fm_err("%s: cannot read rows %lld..%lld\nhint: delete %s and run again", path, (long long)r0,
-                 (long long)r0 + (long long)n, p->work);
-  if (f) fclose(f);
+  if (!rc && s0 + ns > sec[s][0]) rc = FM_EDATA;
+  if (!rc) wseg_reserve(p, r0 + n + ns);
+  const int32_t *cnt = p->wseg, *len = p->wseg + r0 + n;
+  if (!rc) rc = pread_all(fd, p->wseg + r0 + n, (size_t)ns * 4, o_len + s0 * 4);
+  bool cont = p->pos == FM_POS_CONTINUOUS;
+  for (int64_t r = 0, k = 0; !rc && r < n; r++) {
+    int64_t base = (at + r) * R, col = 0;
+    int32_t *seg = b->seg + base, *pos = b->pos + base;
+    uint8_t *m = b->mask + base;
+    for (int32_t q = 1; q <= cnt[r0 + r] && !rc; q++, k++) {
+      int64_t L = len[k];
+      if (L < 1 || L > R - col) {
+        rc = FM_EDATA;
+        break;
+      }
+      for (int64_t t = 0; t < L; t++) {
+        seg[col + t] = q;
+        pos[col + t] = (int32_t)(cont ? col + t : t);
+      }
+      if (!sec[s][1]) memset(m + col, 1, (size_t)L);
+      col += L;
+    }
+    for (int64_t t = col; t < R; t++) {
+      seg[t] = 0;
+      pos[t] = (int32_t)(cont ? t : 0);
+    }
+    if (!sec[s][1]) memset(m + col, 0, (size_t)(R - col));
+  }
+  if (rc)
+    fm_err("%s: cannot read rows %lld..%lld (%s)\nhint: delete %s and run again", path, (long long)r0,
+           (long long)r0 + (long long)n, rc == FM_EDATA ? "the segment table is damaged" : strerror(errno), p->work);
+  if (fd >= 0) close(fd);
   free(path);
   return rc;
 }
@@ -154,6 +276,56 @@ static char *provenance(const Prep *p, int s, const int64_t *tot) {
   return b.s;
 }
 
+/* The sha256-blocks-v1 checksums of shard rows [a, b) of split s (fm_sha_pieces: the SHA-256 of the
+ * SHA-256s of 65,536-element pieces), made from memory instead of reading the shard back. Piece k is
+ * hashed by the rank whose window holds its first row: from p->part when this rank's runs hold all its
+ * rows, else from rows read out of the window files (a piece across windows of two ranks). Every rank
+ * gets every digest (each was made by one rank: an OR joins them). */
+static int shard_sums(Prep *p, int s, int64_t nW, const int64_t *off, const WinInfo *wi, int64_t a, int64_t b,
+                      int64_t nruns, const int64_t *rs, const int64_t *rcnt, char hex[FM_SHARD_NDSETS][65]) {
+  const int64_t R = p->R, nel = (b - a) * R, np = (nel + FM_SHA_PIECE - 1) / FM_SHA_PIECE;
+  const int nd = p->pos != FM_POS_NONE ? 4 : 3;
+  const size_t esize[FM_SHARD_NDSETS] = {4, 1, 4, 4};
+  uint8_t *dig = fm_xcalloc((size_t)(np * FM_SHARD_NDSETS * 32) + 1, 1); /* [dataset][piece][32] */
+  int rc = 0;
+  int64_t w = 0, k = 0, at = 0; /* the window of a piece's first row; this rank's run at or after it, its row in part */
+  for (int64_t q = 0; q < np && !rc; q++) {
+    int64_t e0 = q * FM_SHA_PIECE, e1 = e0 + FM_SHA_PIECE < nel ? e0 + FM_SHA_PIECE : nel;
+    int64_t g0 = a + e0 / R, g1 = a + (e1 + R - 1) / R; /* shard rows [g0, g1) hold the piece */
+    while (off[w + 1] <= g0) w++;
+    if (w % p->P != p->rank) continue;
+    while (k < nruns && a + rs[k] + rcnt[k] <= g0) at += rcnt[k++];
+    /* this rank's runs from k on cover [g0, g1) without a gap? */
+    int64_t end = a + rs[k] + rcnt[k];
+    for (int64_t k2 = k + 1; k2 < nruns && end < g1 && a + rs[k2] == end; k2++) end += rcnt[k2];
+    const RowBuf *src = &p->part;
+    int64_t e_at = at * R + (e0 - rs[k] * R); /* the piece's first element in src */
+    if (end < g1) {                           /* read the rows from the window files */
+      rowbuf_reserve(&p->scratch, g1 - g0, R);
+      for (int64_t v = w; v < nW && off[v] < g1 && !rc; v++) {
+        int64_t lo = off[v] > g0 ? off[v] : g0, hi = off[v + 1] < g1 ? off[v + 1] : g1;
+        if (lo < hi) rc = read_window_rows(p, v, &wi[v], s, lo - off[v], hi - lo, lo - g0, &p->scratch);
+      }
+      src = &p->scratch;
+      e_at = e0 - (g0 - a) * R;
+    }
+    const void *data[FM_SHARD_NDSETS] = {src->tok, src->mask, src->seg, src->pos};
+    for (int d = 0; d < nd && !rc; d++)
+      fm_sha256((const uint8_t *)data[d] + (size_t)e_at * esize[d], (size_t)(e1 - e0) * esize[d],
+                dig + (size_t)(d * np + q) * 32);
+  }
+  rc = agree(p->world, rc);
+  if (!rc) rc = fm_comm_allreduce(p->world, dig, dig, np * FM_SHARD_NDSETS * 32, FM_DT_U8, FM_OP_BOR);
+  for (int d = 0; d < FM_SHARD_NDSETS && !rc; d++) {
+    uint8_t out[32];
+    fm_sha256(dig + (size_t)(d * np) * 32, (size_t)np * 32, out);
+    fm_hex(out, 32, hex[d]);
+    if (d >= nd) hex[d][0] = '\0';
+  }
+  free(dig);
+  return rc;
+}
+
 int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const int64_t *tot, int64_t *nshards_out) {
   int64_t R = p->R, N = 0;
   int64_t *off = fm_xmalloc((size_t)(nW + 1) * sizeof *off);
@@ -173,66 +345,53 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
   for (int i = 0; i < p->nin; i++) fm_str_printf(&src, "%s  %s\n", p->in[i].sha, p->in[i].path);
   int rc = 0;
   int has_pos = p->pos != FM_POS_NONE;
+  char(*sums)[FM_SHARD_NDSETS][65] = fm_xcalloc((size_t)(nsh > 0 ? nsh : 1), sizeof *sums);
+  int64_t *rs = fm_xmalloc((size_t)(nW + 1) * sizeof *rs), *rcnt = fm_xmalloc((size_t)(nW + 1) * sizeof *rcnt);
   for (int64_t j = 0; j < nsh && !rc; j++) {
     int64_t a = j * per, b = a + per < N ? a + per : N;
-    /* this rank's windows that intersect rows [a, b) */
+    /* this rank's windows that intersect rows [a, b), read into p->part */
     int64_t nruns = 0, nrows = 0;
     for (int64_t w = p->rank; w < nW; w += p->P) {
       int64_t lo = off[w] > a ? off[w] : a, hi = off[w + 1] < b ? off[w + 1] : b;
-      if (lo < hi) nruns++, nrows += hi - lo;
+      if (lo < hi) nrows += hi - lo;
     }
-    int64_t *rs = fm_xmalloc((size_t)(nruns + 1) * sizeof *rs), *rcnt = fm_xmalloc((size_t)(nruns + 1) * sizeof *rcnt);
-    uint32_t *tok = fm_xmalloc((size_t)(nrows * R + 1) * 4);
-    uint8_t *mask = fm_xmalloc((size_t)(nrows * R + 1));
-    int32_t *seg = fm_xmalloc((size_t)(nrows * R + 1) * 4), *pos = has_pos ? fm_xmalloc((size_t)(nrows * R + 1) * 4) : NULL;
-    int64_t k = 0, at = 0;
-    for (int64_t w = p->rank; w < nW && !rc; w += p->P) {
+    rowbuf_reserve(&p->part, nrows + 1, R);
+    for (int64_t w = p->rank, at = 0; w < nW && !rc; w += p->P) {
       int64_t lo = off[w] > a ? off[w] : a, hi = off[w + 1] < b ? off[w + 1] : b;
       if (lo >= hi) continue;
-      rs[k] = lo - a;
-      rcnt[k++] = hi - lo;
-      rc = read_window_rows(p, w, &wi[w], s, lo - off[w], hi - lo, at, tok, mask, seg, pos);
+      rs[nruns] = lo - a;
+      rcnt[nruns++] = hi - lo;
+      rc = read_window_rows(p, w, &wi[w], s, lo - off[w], hi - lo, at, &p->part);
       at += hi - lo;
     }
     rc = agree(p->world, rc);
+    if (!rc) rc = shard_sums(p, s, nW, off, wi, a, b, nruns, rs, rcnt, sums[j]);
     if (!rc) {
       char name[64], *path = fm_xmalloc(strlen(p->out) + 80);
       snprintf(name, sizeof name, "%s_%05lld%s", split_names[s], (long long)j, is_h5 ? ".h5" : "");
       sprintf(path, "%s/%s", p->out, name);
-      FmShardMeta m = {split_names[s], (int)j, (int)nsh, a, b - a, R - 1, fm_tok_vocab_size(p->tok), p->eos,
-                       (int32_t)p->pad, fm_packing_name(p->packing), fm_posids_name(p->pos), fm_tok_hash(p->tok),
-                       src.s, prov};
-      FmShardPart part = {nruns, rs, rcnt, tok, mask, pos, seg};
+      FmShardMeta m = {split_names[s],
+                       (int)j,
+                       (int)nsh,
+                       a,
+                       b - a,
+                       R - 1,
+                       fm_tok_vocab_size(p->tok),
+                       p->eos,
+                       (int32_t)p->pad,
+                       fm_packing_name(p->packing),
+                       fm_posids_name(p->pos),
+                       fm_tok_hash(p->tok),
+                       src.s,
+                       prov};
+      FmShardPart part = {nruns, rs, rcnt, p->part.tok, p->part.mask, has_pos ? p->part.pos : NULL, p->part.seg};
       rc = is_h5 ? fm__h5_write_shard(path, &m, &part, p->world, stderr)
                  : fm__bin_write_shard(path, &m, &part, p->world, stderr);
       free(path);
     }
-    free(rs);
-    free(rcnt);
-    free(tok);
-    free(mask);
-    free(seg);
-    free(pos);
   }
-  /* every shard's checksums, read back (shard j by rank j % P), for the manifest */
-  char(*sums)[FM_SHARD_NDSETS][65] = fm_xcalloc((size_t)(nsh > 0 ? nsh : 1), sizeof *sums);
-  for (int64_t j = p->rank; j < nsh && !rc; j += p->P) {
-    char *path = fm_xmalloc(strlen(p->out) + 80);
-    sprintf(path, "%s/%s_%05lld%s", p->out, split_names[s], (long long)j, is_h5 ? ".h5" : "");
-    const int64_t n = (j + 1) * per < N ? per : N - j * per;
-    FmStoreInfo info = {.row_len = R, .has_position_ids = has_pos};
-    FmShardReader *rd = NULL;
-    int64_t nh = n;
-    rc = is_h5 ? fm__h5_shard_open(&rd, path, NULL, &info, &nh, stderr)
-               : fm__bin_shard_open(&rd, path, &info, n, stderr);
-    if (!rc) {
-      fm__shard_digests(rd, n, R, has_pos, sums[j]);
-      rd->close(rd);
-    }
-    free(path);
-  }
-  rc = agree(p->world, rc);
-  if (!rc) FM_CHECK(fm_comm_allreduce(p->world, sums, sums, nsh * (int64_t)sizeof *sums, FM_DT_U8, FM_OP_BOR));
+  free(rs);
+  free(rcnt);
   /* the manifest, by rank 0 */
   if (!rc && p->rank == 0) {
     FmStr b;
@@ -292,8 +451,8 @@ void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_
   char b1[32], b2[32];
   fprintf(o, "== prep report ==\n");
   fprintf(o, "inputs       %d files, %s\n", p->nin, fm_fmt_bytes(b1, sizeof b1, (double)p->total_bytes));
-  fprintf(o, "records      %s in %lld windows of %lld\n", fm_fmt_count(b1, sizeof b1, tot[ST_records]),
-          (long long)nW, (long long)p->W);
+  fprintf(o, "records      %s in %lld windows of %lld\n", fm_fmt_count(b1, sizeof b1, tot[ST_records]), (long long)nW,
+          (long long)p->W);
   fprintf(o, "filtered     %s shorter than min_chars = %lld, %s longer than max_chars = %lld\n",
           fm_fmt_count(b1, sizeof b1, tot[ST_too_short]), (long long)p->min_chars,
           fm_fmt_count(b2, sizeof b2, tot[ST_too_long]), (long long)p->max_chars);
@@ -309,8 +468,9 @@ void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_
             (long long)p->R, (long long)pad, rows ? 100.0 * (double)pad / (double)(rows * p->R) : 0.0,
             (long long)nsh[s], nsh[s] == 1 ? "" : "s");
     if (dropped)
-      fprintf(o, "             %lld documents longer than a row dropped by packing = 'bfd' (%lld tokens)\n"
-                 "             hint: packing = 'bfd_split' keeps them\n",
+      fprintf(o,
+              "             %lld documents longer than a row dropped by packing = 'bfd' (%lld tokens)\n"
+              "             hint: packing = 'bfd_split' keeps them\n",
               (long long)dropped, (long long)tot[s ? ST_dropped_tok_valid : ST_dropped_tok_train]);
   }
   fprintf(o, "packing      %s, position ids %s, seq_len %lld, tokenizer %s\n", fm_packing_name(p->packing),
@@ -326,18 +486,20 @@ static void fingerprint(const Prep *p, char hex[65]) {
   const FmConfig *c = &p->deck->c;
   FmStr b;
   fm_str_init(&b);
-  fm_str_printf(&b, "tok=%s seq=%lld pack=%s pos=%s mode=%s field=%s msg=%s tmpl=%s min=%lld max=%lld bad=%s "
-                    "vf=%.17g W=%lld seed=%lld bos=%s fmt=%s\n",
+  fm_str_printf(&b,
+                "tok=%s seq=%lld pack=%s pos=%s mode=%s field=%s msg=%s tmpl=%s min=%lld max=%lld bad=%s "
+                "vf=%.17g W=%lld seed=%lld bos=%s fmt=%s\n",
                 fm_tok_hash(p->tok), (long long)c->prep.seq_len, c->prep.packing, c->prep.position_ids, c->prep.mode,
                 c->prep.text_field, c->prep.messages_field, c->prep.chat_template, (long long)c->prep.min_chars,
                 (long long)c->prep.max_chars, c->prep.on_bad_record, c->prep.valid_fraction,
-                (long long)c->prep.window_docs, (long long)c->run.seed, c->prep.template_bos, "v1");
+                (long long)c->prep.window_docs, (long long)c->run.seed, c->prep.template_bos, "v2");
   for (int i = 0; i < c->prep.sections_n; i++) fm_str_printf(&b, "sec=%s\n", c->prep.sections[i]);
   for (int i = 0; i < c->prep.train_on_n; i++) fm_str_printf(&b, "train=%s\n", c->prep.train_on[i]);
   for (int i = 0; i < c->prep.role_names_n; i++)
     fm_str_printf(&b, "role=%s|%s|%s\n", c->prep.role_names[i], i < c->prep.role_prefix_n ? c->prep.role_prefix[i] : "",
                   i < c->prep.role_suffix_n ? c->prep.role_suffix[i] : "");
-  for (int i = 0; i < p->nin; i++) fm_str_printf(&b, "in=%d %lld %s\n", p->in[i].valid, (long long)p->in[i].bytes, p->in[i].path);
+  for (int i = 0; i < p->nin; i++)
+    fm_str_printf(&b, "in=%d %lld %s\n", p->in[i].valid, (long long)p->in[i].bytes, p->in[i].path);
   uint8_t d[32];
   fm_sha256(b.s, b.len, d);
   fm_hex(d, 32, hex);
@@ -365,9 +527,10 @@ int fm__prep_prepare_dirs(Prep *p) {
         fclose(f);
         old[strcspn(old, "\n")] = 0;
         if (strcmp(old, fp) != 0) {
-          fm_err("%s: committed windows of a different prep (deck, tokenizer or inputs changed)\n"
-                 "hint: delete %s to start over, or run with the deck that made them",
-                 fpath, p->work);
+          fm_err(
+              "%s: committed windows of a different prep (deck, tokenizer, inputs or window file version changed)\n"
+              "hint: delete %s to start over, or run with the deck that made them",
+              fpath, p->work);
           rc = FM_EDATA;
         } else if (p->log) {
           fprintf(p->log, "prep: resuming from the committed windows in %s\n", p->work);

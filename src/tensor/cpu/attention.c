@@ -100,8 +100,10 @@ static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int6
       float mx = -INFINITY;
       for (int64_t c = 0; c < nc; c++)
         if (ar[c] && srow[c] > mx) mx = srow[c];
-      if (mx == -INFINITY) { /* nothing visible in this tile for this row */
-        for (int64_t c = 0; c < nc; c++) srow[c] = 0.0f;
+      if (mx == -INFINITY) { /* nothing visible in this tile for this row, or only NaN/-inf scores */
+        bool seen = false;
+        for (int64_t c = 0; c < nc; c++) seen |= ar[c] != 0, srow[c] = 0.0f;
+        if (seen) l[r] = NAN; /* a diverged model's scores: the row's output is NaN (below) */
         continue;
       }
       const float mnew = m[r] > mx ? m[r] : mx;
@@ -123,9 +125,14 @@ static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int6
 
   for (int64_t r = 0; r < nr; r++) {
     const int64_t t = t0 + r;
+    float *o = out + (b * T + t) * a->NH * HS + h * HS;
+    if (isnan(l[r])) { /* non-finite scores (weights or inputs of a diverged step): NaN out, so the loss is */
+      for (int64_t d = 0; d < HS; d++) o[d] = NAN; /* non-finite and &train max_bad_steps decides, never an abort */
+      lse[(b * a->NH + h) * T + t] = NAN;
+      continue;
+    }
     if (!(l[r] > 0.0f)) /* cannot happen: s = t is always visible */
       fm_abort_one(1, "attention: row b=%lld h=%lld t=%lld sees no key", (long long)b, (long long)h, (long long)t);
-    float *o = out + (b * T + t) * a->NH * HS + h * HS;
     const float *ac = acc + r * HS;
     const float lr = l[r];
 #pragma omp simd

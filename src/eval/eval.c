@@ -227,9 +227,11 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
     const double loss = eval_loss(m, st, &buf, c->eval.batches, world, &ntok, &pg);
     char path[4096];
     FILE *docs = NULL;
+    bool unwritten = false; /* rank 0: an output the deck asks for could not be written: status 1 */
     if (world->rank == 0 && c->eval.per_doc[0]) {
       docs = fopen(c->eval.per_doc, "w");
-      if (!docs) fm_warn0("cannot write &eval per_doc = '%s'; no per-document results", c->eval.per_doc);
+      if (!docs) fm_err("cannot write &eval per_doc = '%s'; no per-document results", c->eval.per_doc);
+      unwritten = !docs;
     }
     rc = eval_detail(m, st, &buf, c->eval.batches, world, docs, &correct, &ntok_acc, &pg);
     if (docs) fclose(docs);
@@ -250,9 +252,11 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
                 loss, loss, exp(loss), (long long)ntok, acc, (long long)correct);
         fclose(f);
       } else {
-        fm_warn0("cannot write %s", path);
+        fm_err("cannot write %s", path);
+        unwritten = true;
       }
     }
+    if (unwritten && !rc) rc = FM_EIO;
     fm_batch_free(&buf);
   }
   if (st) fm_store_close(st);

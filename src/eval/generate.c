@@ -333,7 +333,8 @@ static int share_results(FmComm *world, Seq *seq, int64_t np, int64_t B, int64_t
   return 0;
 }
 
-static void write_results(const FmConfig *c, const Prompts *p, const Seq *seq) {
+/* Rank 0: the results JSONL; FM_EIO (the task's status 1) when it cannot be written. */
+static int write_results(const FmConfig *c, const Prompts *p, const Seq *seq) {
   char path[4096];
   if (c->generate.output[0])
     snprintf(path, sizeof path, "%s", c->generate.output);
@@ -341,8 +342,8 @@ static void write_results(const FmConfig *c, const Prompts *p, const Seq *seq) {
     snprintf(path, sizeof path, "%s/generate.jsonl", c->run.out_dir);
   FILE *f = (c->generate.output[0] || fm_mkdirs(c->run.out_dir) == 0) ? fopen(path, "w") : NULL;
   if (!f) {
-    fm_warn0("cannot write %s", path);
-    return;
+    fm_err("cannot write %s", path);
+    return FM_EIO;
   }
   for (int i = 0; i < p->n; i++) {
     fputs("{\"prompt\": ", f);
@@ -353,6 +354,7 @@ static void write_results(const FmConfig *c, const Prompts *p, const Seq *seq) {
             (long long)(seq[i].len - seq[i].nprompt), seq[i].why ? seq[i].why : "");
   }
   fclose(f);
+  return 0;
 }
 
 int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
@@ -472,7 +474,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
         if (seq[i].stream) continue;
         fprintf(out, "--- prompt %d ---\n%s%s\n", i, p.text[i], seq[i].text.s ? seq[i].text.s : "");
       }
-      write_results(c, &p, seq);
+      if (write_results(c, &p, seq) && !rc) rc = FM_EIO;
       fprintf(out, "generate: %lld tokens in %.2f s: %.1f tokens/s over %d rank%s\n", (long long)tokens, tmax,
               tmax > 0 ? (double)tokens / tmax : 0.0, world->size, world->size == 1 ? "" : "s");
     }

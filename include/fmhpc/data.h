@@ -219,6 +219,9 @@ struct FmShardReader {
  * position_ids entry is "" when none are stored. */
 enum { FM_SHARD_NDSETS = 4 };
 extern const char *const fm__shard_dsets[FM_SHARD_NDSETS]; /* tokens, loss_mask, segment_ids, position_ids */
+/* A barrier over c that sleeps while it waits (blocking MPI collectives poll
+ * at full CPU): for ranks that arrive unevenly. 0 or FM_EMPI. */
+int fm__idle_barrier(FmComm *c);
 void fm__shard_digests(FmShardReader *r, int64_t n_seq, int64_t R, bool has_pos, char hex[FM_SHARD_NDSETS][65]);
 /* The sizes a store states (shard attributes or manifest), before any is
  * used: 1 <= seq_len <= 2^30, 0 <= n_seq with n_seq * (seq_len + 1) in

@@ -87,7 +87,8 @@ static int do_window(Prep *p, int64_t w) {
  * progress. Returns 0, FM_EDATA when any rank failed, or 1 to stop here. */
 static int sync_round(Prep *p, int err, int active, int64_t raw_bytes, int *any_active) {
   int64_t v[4] = {err ? 1 : 0, active, p->done_docs, p->done_tokens}, s[4];
-  int rc = fm_comm_allreduce(p->world, v, s, 4, FM_DT_I64, FM_OP_SUM);
+  int rc = fm__idle_barrier(p->world); /* a rank with a smaller window (or none) waits here asleep */
+  if (!rc) rc = fm_comm_allreduce(p->world, v, s, 4, FM_DT_I64, FM_OP_SUM);
   if (rc) return rc;
   *any_active = s[1] > 0;
   p->rounds++;
@@ -272,7 +273,7 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   for (int s = 0; s < (want_valid ? 2 : 1) && !rc; s++) rc = fm__prep_write_split(&p, s, nW, sum, tot, &nsh[s]);
   if (!rc) {
     fm__prep_report(&p, tot, nW, nsh, fm_now_s() - p.t0);
-    fm_comm_barrier(world);
+    fm__idle_barrier(world);
     fm__prep_remove_work(&p, nW);
   }
   free(wi);

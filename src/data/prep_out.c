@@ -314,6 +314,7 @@ static int shard_sums(Prep *p, int s, int64_t nW, const int64_t *off, const WinI
       fm_sha256((const uint8_t *)data[d] + (size_t)e_at * esize[d], (size_t)(e1 - e0) * esize[d],
                 dig + (size_t)(d * np + q) * 32);
   }
+  fm__idle_barrier(p->world);
   rc = agree(p->world, rc);
   if (!rc) rc = fm_comm_allreduce(p->world, dig, dig, np * FM_SHARD_NDSETS * 32, FM_DT_U8, FM_OP_BOR);
   for (int d = 0; d < FM_SHARD_NDSETS && !rc; d++) {
@@ -364,6 +365,7 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
       rc = read_window_rows(p, w, &wi[w], s, lo - off[w], hi - lo, at, &p->part);
       at += hi - lo;
     }
+    fm__idle_barrier(p->world); /* ranks read different numbers of rows */
     rc = agree(p->world, rc);
     if (!rc) rc = shard_sums(p, s, nW, off, wi, a, b, nruns, rs, rcnt, sums[j]);
     if (!rc) {

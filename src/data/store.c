@@ -8,9 +8,30 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fmhpc/hash.h"
 #include "fmhpc/json.h"
+
+/* A barrier that sleeps while it waits: Open MPI's blocking collectives
+ * poll, so a rank that arrives first (a window or a shard part smaller than
+ * another rank's) spends the wait at full CPU. prep and the shard writers call
+ * this where ranks arrive unevenly; it polls an MPI_Ibarrier with sleeps
+ * growing from 20 us to 1 ms. */
+int fm__idle_barrier(FmComm *c) {
+  if (c->size == 1) return 0;
+  MPI_Request req;
+  if (MPI_Ibarrier(c->mpi, &req) != MPI_SUCCESS) return FM_EMPI;
+  long ns = 20000;
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return FM_EMPI;
+    if (done) return 0;
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+    if (ns < 1000000) ns *= 2;
+  }
+}
 
 struct FmStore {
   FmStoreInfo info;

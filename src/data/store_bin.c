@@ -82,6 +82,7 @@ int fm__bin_write_shard(const char *stem, const FmShardMeta *m, const FmShardPar
     if (fd >= 0 && fsync(fd) != 0) rc = FM_EIO;
     if (fd >= 0) close(fd);
     if (rc) fm_err("%s: write failed: %s", partial, strerror(errno));
+    fm__idle_barrier(comm); /* ranks write different numbers of rows */
     if ((rc = agree(comm, rc))) break;
     if (comm->rank == 0 && rename(partial, path) != 0) {
       fm_err("%s: cannot rename to %s: %s", partial, path, strerror(errno));

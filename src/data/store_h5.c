@@ -1,6 +1,6 @@
 /* store_h5.c: packed shards in HDF5. The writer (prep's side) creates one
  * shard collectively, every rank writing its rows as a union of hyperslabs
- * in one collective H5Dwrite per dataset; the file is built by the same calls
+ * in one independent H5Dwrite per dataset; the file is built by the same calls
  * whatever the rank count (contiguous datasets, early allocation, no object
  * timestamps), so its bytes depend only on the data. The reader serves the
  * store interface (store.c) with independent or collective hyperslab reads.
@@ -151,13 +151,20 @@ int fm__h5_write_shard(const char *path, const FmShardMeta *m, const FmShardPart
   FM_CHECK_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
   FM_CHECK_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
   int nds = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
-  static const uint8_t dummy[16];
+  /* the rows: independent writes (each rank's own hyperslabs; a collective
+   * transfer would gather them on aggregators first, and hold a rank with
+   * fewer rows spinning until the others are done) */
+  hid_t dxpl_ind = H5Pcreate(H5P_DATASET_XFER), d[4];
+  FM_CHECK_H5(dxpl_ind);
+  FM_CHECK_H5(H5Pset_dxpl_mpio(dxpl_ind, H5FD_MPIO_INDEPENDENT));
   for (int i = 0; i < nds; i++) {
-    hid_t d = H5Dcreate2(f, ds[i].name, ds[i].ftype, fsp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    FM_CHECK_H5(d);
-    FM_CHECK_H5(H5Dwrite(d, ds[i].mtype, msp, fsp, dxpl, nrows ? bufs[i] : dummy));
-    H5Dclose(d);
+    d[i] = H5Dcreate2(f, ds[i].name, ds[i].ftype, fsp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    FM_CHECK_H5(d[i]);
   }
+  for (int i = 0; i < nds && nrows; i++) FM_CHECK_H5(H5Dwrite(d[i], ds[i].mtype, msp, fsp, dxpl_ind, bufs[i]));
+  fm__idle_barrier(comm);
+  for (int i = 0; i < nds; i++) H5Dclose(d[i]);
+  H5Pclose(dxpl_ind);
   H5Pclose(dcpl);
   H5Sclose(msp);
   H5Sclose(fsp);

@@ -62,6 +62,30 @@ const FmBackend *fm_backend_choose(const char *name, int need, char *why, int n,
  * table of the fmhpc_emu build) as if a device answered; NULL undoes it. */
 void fm_backend_set_cuda_stand_in(const FmBackend *table);
 
+/* ---- labelled allocations: what each large buffer of a run is, and the
+ * plan's figure for it (fmhpc --check, src/train/plan.c), so that an
+ * out-of-memory report names both (src/tensor/backend.c). */
+typedef enum FmMemItem {
+  FM_MEM_WEIGHTS, /* the model's weight arena */
+  FM_MEM_GRADS,   /* the model's gradient arena */
+  FM_MEM_ACT,     /* the activation arena */
+  FM_MEM_BATCH,   /* the micro-batch: tokens, targets, weights, logits rows, xent scratch */
+  FM_MEM_REDUCE,  /* the exact reduction's device accumulator and scales */
+  FM_MEM_OPTIM,   /* optimizer state */
+  FM_MEM_ATTN,    /* flash attention's bf16 Q/K/V/O copies, D and lse */
+  FM_MEM_GEMM_WS, /* the cuBLASLt workspace */
+  FM_MEM_OTHER,   /* anything else (a benchmark's, an op's small tables) */
+  FM_MEM_ITEMS
+} FmMemItem;
+/* "the model's weights", ... (the report's words). */
+const char *fm_mem_item_name(FmMemItem item);
+/* The plan's bytes per rank for item (0: the plan has no figure); set once
+ * per run from the plan, before the allocations. */
+void fm_mem_plan_set(FmMemItem item, int64_t bytes);
+int64_t fm_mem_plan_get(FmMemItem item);
+/* be->alloc_for(bytes, item's name, item's plan figure), or be->alloc. */
+void *fm_backend_alloc(const FmBackend *be, int64_t bytes, FmMemItem item);
+
 /* ---- the CPU ops, callable directly (tests, tools): fm_cpu_<op> for every
  * op of ops.def, the readable specification of its contract. */
 #define FM_OP(name, cuda, use, ret, params) ret fm_cpu_##name params;
@@ -117,10 +141,6 @@ int fm_cuda_select_device(int device);
  * default stream, the initial value). Set it before the first op of a step. */
 void fm_cuda_set_stream(void *stream);
 void *fm_cuda_get_stream(void);
-/* fm_cuda_alloc with a report that names what the memory is for: on
- * out-of-memory it says the size, `label`, the plan's figure (plan_bytes > 0)
- * and the device's free/total memory, then ends the job. */
-void *fm_cuda_alloc_for(int64_t bytes, const char *label, int64_t plan_bytes);
 /* The GEMM plans chosen so far (each pinned at the first GEMM of its shape,
  * so after the first training step every plan of the run exists): copies at
  * most max into out (may be NULL) and returns how many there are. */

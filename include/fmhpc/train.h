@@ -63,5 +63,9 @@ int fm_train_resume_compat(const FmDeck *now, const char *stored, const char *ck
 /* Build the plan for world_size ranks; deck-rule errors go to err. */
 int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err);
 void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out);
+/* The plan's figure for each labelled device allocation (fm_mem_plan_set),
+ * so that an out-of-memory report names it: weights, gradients, activations
+ * (with the deck's recompute), reduction buffers, optimizer state. */
+void fm_plan_mem_figures(const FmPlan *p, const FmDeck *deck);
 
 #endif

@@ -68,10 +68,10 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
 void fm_reduce_use_device(FmReduce *g, const FmBackend *be) {
   if (!g->exact || !be->quant_add || g->dev) return;
   g->dev = be;
-  g->d_acc = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_acc);
-  g->d_amax = be->alloc(g->nblocks * (int64_t)sizeof *g->d_amax);
-  g->d_flags = be->alloc(2 * (int64_t)sizeof *g->d_flags);
-  g->d_exp2 = be->alloc(g->nblocks * (int64_t)sizeof *g->d_exp2);
+  g->d_acc = fm_backend_alloc(be, g->P * g->S * (int64_t)sizeof *g->d_acc, FM_MEM_REDUCE);
+  g->d_amax = fm_backend_alloc(be, g->nblocks * (int64_t)sizeof *g->d_amax, FM_MEM_REDUCE);
+  g->d_flags = fm_backend_alloc(be, 2 * (int64_t)sizeof *g->d_flags, FM_MEM_REDUCE);
+  g->d_exp2 = fm_backend_alloc(be, g->nblocks * (int64_t)sizeof *g->d_exp2, FM_MEM_REDUCE);
 }
 
 void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d) {

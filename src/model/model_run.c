@@ -108,18 +108,18 @@ static int create(FmModel **out, const FmModelKind *k, const FmModelDims *pd, co
   k->acts(&m->acts, d, b, recompute);
 
   const int64_t N = b * d->T, C = d->C, V = d->V;
-  m->param = be->alloc(m->params.numel * (int64_t)sizeof(float));
-  m->grad = be->alloc(m->params.numel * (int64_t)sizeof(float));
-  m->act = be->alloc(m->acts.numel * (int64_t)sizeof(float));
+  m->param = fm_backend_alloc(be, m->params.numel * (int64_t)sizeof(float), FM_MEM_WEIGHTS);
+  m->grad = fm_backend_alloc(be, m->params.numel * (int64_t)sizeof(float), FM_MEM_GRADS);
+  m->act = fm_backend_alloc(be, m->acts.numel * (int64_t)sizeof(float), FM_MEM_ACT);
   m->xent_scratch_elems = xent_scratch_elems(N, V);
   /* The micro-batch: token ids, targets, positions, segments; then the
    * token weights, the rows for logits and the cross-entropy scratch. */
-  m->tokens = be->alloc(4 * N * (int64_t)sizeof(int32_t));
+  m->tokens = fm_backend_alloc(be, 4 * N * (int64_t)sizeof(int32_t), FM_MEM_BATCH);
   m->targets = m->tokens + N;
   m->pos = m->tokens + 2 * N;
   m->seg = m->tokens + 3 * N;
   const int64_t extra = batch_extra_elems(d, b);
-  m->weight = be->alloc(extra * (int64_t)sizeof(float));
+  m->weight = fm_backend_alloc(be, extra * (int64_t)sizeof(float), FM_MEM_BATCH);
   m->rows_x = m->weight + N;
   m->rows_logits = m->rows_x + b * C;
   m->xent_scratch = m->rows_logits + b * V;
@@ -295,12 +295,12 @@ int fm_model_gen_create(FmModel **out, FmModel *m, FILE *err) {
   fm_table_init(&g->acts);
   g->kind->acts(&g->acts, &g->d, g->B, true);
   const int64_t B = g->B, V = g->d.V;
-  g->act = be->alloc(g->acts.numel * (int64_t)sizeof(float));
-  g->tokens = be->alloc(4 * B * (int64_t)sizeof(int32_t));
+  g->act = fm_backend_alloc(be, g->acts.numel * (int64_t)sizeof(float), FM_MEM_ACT);
+  g->tokens = fm_backend_alloc(be, 4 * B * (int64_t)sizeof(int32_t), FM_MEM_BATCH);
   g->targets = g->tokens + B;
   g->pos = g->tokens + 2 * B;
   g->seg = g->tokens + 3 * B;
-  g->rows_logits = be->alloc(B * V * (int64_t)sizeof(float));
+  g->rows_logits = fm_backend_alloc(be, B * V * (int64_t)sizeof(float), FM_MEM_BATCH);
   be->memset(g->act, 0, g->acts.numel * (int64_t)sizeof(float));
   be->memset(g->tokens, 0, 4 * B * (int64_t)sizeof(int32_t));
   g->dec_pos_host = fm_xmalloc((size_t)B * sizeof(int32_t));

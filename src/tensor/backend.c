@@ -29,6 +29,34 @@ static const FmBackend fm__cuda_backend = {
 #undef FM_OP
 #endif
 
+/* ---- labelled allocations ---------------------------------------------- */
+static int64_t fm__mem_plan[FM_MEM_ITEMS];
+
+const char *fm_mem_item_name(FmMemItem item) {
+  static const char *const names[FM_MEM_ITEMS] = {
+      "the model's weights",
+      "the model's gradients",
+      "the activations",
+      "the micro-batch buffers (tokens, targets, logits rows, cross-entropy scratch)",
+      "the exact reduction's device buffers (int64 accumulator, block scales)",
+      "the optimizer state",
+      "flash attention's scratch (bf16 Q/K/V/O copies, D, lse)",
+      "the cuBLASLt workspace",
+      "a work buffer"};
+  return item >= 0 && item < FM_MEM_ITEMS ? names[item] : "a work buffer";
+}
+
+void fm_mem_plan_set(FmMemItem item, int64_t bytes) {
+  if (item >= 0 && item < FM_MEM_ITEMS) fm__mem_plan[item] = bytes > 0 ? bytes : 0;
+}
+
+int64_t fm_mem_plan_get(FmMemItem item) { return item >= 0 && item < FM_MEM_ITEMS ? fm__mem_plan[item] : 0; }
+
+void *fm_backend_alloc(const FmBackend *be, int64_t bytes, FmMemItem item) {
+  if (be->alloc_for) return be->alloc_for(bytes, fm_mem_item_name(item), fm_mem_plan_get(item));
+  return be->alloc(bytes);
+}
+
 static void set_status(int *status, int value) {
   if (status) *status = value;
 }

@@ -75,7 +75,8 @@ int fm_cuda_msg_oom(char *buf, int n, int device, int64_t bytes, const char *lab
     snprintf(mem, sizeof mem, "free memory unknown");
   }
   return snprintf(buf, (size_t)(n > 0 ? n : 0),
-                  "out of GPU memory on %s allocating %s for %s%s; %s; hint: lower &train micro_batch, set &model "
-                  "recompute, or use more GPUs (fmhpc --check DECK prints the per-GPU plan)",
+                  "out of GPU memory on %s allocating %s for %s%s; %s; hint: a smaller &train micro_batch, &model "
+                  "recompute = .true. (activation checkpointing), or a larger &parallel tp (fmhpc --check DECK "
+                  "prints the per-GPU plan and the smallest layout that fits)",
                   dev, ask, label ? label : "an unnamed buffer", plan, mem);
 }

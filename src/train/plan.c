@@ -219,6 +219,14 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   return 0;
 }
 
+void fm_plan_mem_figures(const FmPlan *p, const FmDeck *deck) {
+  fm_mem_plan_set(FM_MEM_WEIGHTS, p->params);
+  fm_mem_plan_set(FM_MEM_GRADS, p->grads);
+  fm_mem_plan_set(FM_MEM_ACT, deck->c.model.recompute ? p->act_recompute : p->act);
+  fm_mem_plan_set(FM_MEM_REDUCE, p->grad_accum);
+  fm_mem_plan_set(FM_MEM_OPTIM, p->optim_state);
+}
+
 /* One figure: readable size, exact bytes, and the formula it came from. */
 static void row(FILE *out, const char *what, int64_t bytes, const char *formula) {
   char b[32], e[32];

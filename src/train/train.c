@@ -395,6 +395,9 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *err) 
     return FM_EDECK;
   }
   fm_log0("backend: %s (%s)", r->be->name, why);
+  FmPlan plan; /* the plan's figures, named in an out-of-memory report of a device allocation */
+  if (!r->be->host_accessible && fm_plan_make(&plan, deck, dp->size * tp->size, NULL) == 0)
+    fm_plan_mem_figures(&plan, deck);
   /* &parallel comm (fm_comm_choose): 'auto' is NCCL on the CUDA backend, MPI
    * on the CPU; 'nccl' on the CPU backend is a deck error with a hint. This
    * loop still reduces host copies of the gradients (CPU backend, or on CUDA

@@ -16,6 +16,10 @@
 #          pins the recorded algorithms (its step-3 checkpoint records step 2's);
 #          a planted algorithm id not offered and a planted other device are
 #          warnings naming the shape and what was chosen instead
+#   oom    (Llama, 1 rank) an emulated device of FMHPC_EMU_DEVICE_MEM bytes
+#          (room for the weights, the gradients and half the activations that
+#          --check plans): the run stops with the report naming the
+#          activations, the bytes asked, --check's figure, free/total, the hint
 #   gpt2   tiny GPT-2 (tied embeddings), AdamW; each 3 steps of 4 sequences
 #          in micro-batches of 1, exact reduction, and a validation pass:
 #     - the CPU backend's losses (3 steps and validation) within 1e-6
@@ -188,6 +192,35 @@ check(nd == differ, f"bad_dev: {nd} shapes named where the heuristic chose other
 sys.exit(f"FAIL: {bad} check(s)" if bad else 0)
 PY
   echo "PASS: plans"
+  exit 0
+fi
+
+if [ "$case_" = oom ]; then # out of device memory: the report names the item, the bytes and the plan's figure
+  D=$WORK/oom
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" model%n_head=4 model%n_kv_head=2 model%d_ff=64 model%tie_embeddings=F
+        "${common[@]}" "train%backend='cuda'" "run%out_dir='$D/run'")
+  "$EMU" --check "${args[@]}" > "$D/check.log" 2>&1 || { tail -20 "$D/check.log"; fail "--check did not run"; }
+  plan() { sed -n "s/^  $1  *[0-9.]* [KMG]*i*B  *\([0-9,]*\) B .*/\1/p" "$D/check.log" | tr -d ,; }
+  w=$(plan "weights (compute copy)") g=$(plan gradients) a=$(plan activations)
+  [ -n "$w" ] && [ -n "$g" ] && [ -n "$a" ] || fail "--check: no weights/gradients/activations rows"
+  # a device with room for the weights, the gradients and half the activations
+  limit=$((w + g + a / 2))
+  rc=0
+  FMHPC_EMU_DEVICE_MEM=$limit timeout -k 5 120 "$MPIEXEC" -n 1 "$EMU" "${args[@]}" > "$D/run.log" 2>&1 || rc=$?
+  [ "$rc" != 0 ] || fail "a run on a device of $limit bytes succeeded"
+  # the arena is the activation table; --check's row adds the micro-batch buffers, so asked <= planned
+  A=$(sed -n 's/.*out of GPU memory on device 0 allocating [0-9.]* MiB (\([0-9]*\) bytes) for the activations .*/\1/p' \
+      "$D/run.log" | head -1)
+  [ -n "$A" ] && [ "$A" -le "$a" ] && [ "$A" -gt $((limit - w - g)) ] ||
+    { grep -i "memory" "$D/run.log"; fail "no report for the activations of <= $a bytes that did not fit"; }
+  mib() { awk -v b="$1" 'BEGIN{printf "%.2f MiB (%d bytes)", b/1048576, b}'; }
+  msg="out of GPU memory on device 0 allocating $(mib "$A") for the activations (the plan, fmhpc --check: $(mib "$a"));"
+  msg+=" $(mib $((limit - w - g))) free of $(mib "$limit"); hint: a smaller &train micro_batch,"
+  msg+=" &model recompute = .true. (activation checkpointing), or a larger &parallel tp"
+  grep -qF "$msg" "$D/run.log" || { grep -i "memory" "$D/run.log"; fail "no report: $msg"; }
+  echo "oom: exit $rc: $(grep -o 'out of GPU memory.*free of [^;]*' "$D/run.log")"
+  echo "PASS: oom"
   exit 0
 fi
 

@@ -60,7 +60,9 @@ FM_TEST(oom_names_size_label_plan_and_free) {
   HAS(b, "allocating 3.00 GiB (3221225472 bytes) for the activation arena");
   HAS(b, "(the plan, fmhpc --check: 5.00 GiB (5368709120 bytes))");
   HAS(b, "512.00 MiB (536870912 bytes) free of 141.00 GiB");
-  HAS(b, "hint: lower &train micro_batch");
+  HAS(b,
+      "hint: a smaller &train micro_batch, &model recompute = .true. (activation checkpointing), or a larger &parallel "
+      "tp");
   /* no label, no plan, no memory figures: says so rather than invent them */
   fm_cuda_msg_oom(b, sizeof b, -1, 1000, NULL, 0, -1, -1);
   HAS(b, "on the current device allocating 0.00 MiB (1000 bytes) for an unnamed buffer;");

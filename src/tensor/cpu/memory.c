@@ -24,6 +24,19 @@ void *fm_cpu_alloc(int64_t bytes) {
 
 void fm_cpu_free(void *p) { free(p); }
 
+/* Host memory: the label and the plan's figure are for device reports. */
+void *fm_cpu_alloc_for(int64_t bytes, const char *label, int64_t plan_bytes) {
+  (void)label;
+  (void)plan_bytes;
+  return fm_cpu_alloc(bytes);
+}
+
+int fm_cpu_device_mem(int64_t *free_bytes, int64_t *total_bytes) {
+  if (free_bytes) *free_bytes = -1;
+  if (total_bytes) *total_bytes = -1;
+  return FM_ENODEV;
+}
+
 void fm_cpu_memset(void *p, int value, int64_t bytes) {
   if (bytes > 0) memset(p, value, (size_t)bytes);
 }

@@ -671,7 +671,7 @@ static int64_t fm__fa_cap[FM__FA_NBUF];
 static void *fm__fa_scratch(int slot, int64_t bytes) {
   if (bytes > fm__fa_cap[slot]) {
     fm__dev_free(fm__fa_buf[slot]);
-    fm__fa_buf[slot] = fm__dev_alloc(bytes);
+    fm__fa_buf[slot] = fm__dev_alloc_for(bytes, FM_MEM_ATTN);
     fm__fa_cap[slot] = bytes;
   }
   return fm__fa_buf[slot];

@@ -59,10 +59,19 @@ static inline void *fm__dev_alloc(int64_t bytes) {
   if (!p) fm_abort_one(1, "simt: out of host memory for a %lld-byte device buffer", (long long)bytes);
   return p;
 }
+static inline void *fm__dev_alloc_for(int64_t bytes, FmMemItem item) {
+  (void)item;
+  return fm__dev_alloc(bytes);
+}
 static inline void fm__dev_free(void *p) { free(p); }
 static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) { memcpy(dst, src, (size_t)bytes); }
 #else
 static inline void *fm__dev_alloc(int64_t bytes) { return fm_cuda_alloc_for(bytes, "a CUDA op's work buffer", 0); }
+/* A buffer that is one of the run's planned items (its name and the plan's
+ * figure in an out-of-memory report). */
+static inline void *fm__dev_alloc_for(int64_t bytes, FmMemItem item) {
+  return fm_cuda_alloc_for(bytes, fm_mem_item_name(item), fm_mem_plan_get(item));
+}
 static inline void fm__dev_free(void *p) { fm_cuda_free(p); }
 static inline void fm__dev_upload(void *dst, const void *src, int64_t bytes) {
   fm_cuda_copy_to_device(dst, src, bytes);

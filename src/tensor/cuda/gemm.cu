@@ -264,7 +264,7 @@ static void fm__algo_info(FmGemmPlan *p, size_t workspace) {
 static void fm__lt_describe(FmGemmPlan *p) {
   if (!fm__lt) {
     FM__CHECK_LT(cublasLtCreate(&fm__lt));
-    fm__lt_ws = fm_cuda_alloc_for(FM__GEMM_WS_BYTES, "the cuBLASLt workspace", FM__GEMM_WS_BYTES);
+    fm__lt_ws = fm__dev_alloc_for(FM__GEMM_WS_BYTES, FM_MEM_GEMM_WS);
   }
   const FmGemmPlanInfo *q = &p->info;
   const int64_t m = q->m, n = q->n, k = q->k;

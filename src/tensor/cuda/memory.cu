@@ -125,6 +125,14 @@ extern "C" void *fm_cuda_alloc_for(int64_t bytes, const char *label, int64_t pla
 
 extern "C" void *fm_cuda_alloc(int64_t bytes) { return fm_cuda_alloc_for(bytes, NULL, 0); }
 
+extern "C" int fm_cuda_device_mem(int64_t *free_bytes, int64_t *total_bytes) {
+  int64_t f, t;
+  fm__mem_info(&f, &t);
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  return t > 0 ? FM_OK : FM_ENODEV;
+}
+
 extern "C" void fm_cuda_free(void *p) {
   if (p) FM_CUDA_CHECK(cudaFree(p));
 }

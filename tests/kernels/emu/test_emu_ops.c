@@ -733,6 +733,34 @@ FM_TEST(dequant_bitwise) {
 }
 
 /* ---- memory (host memory under the emulator) ------------------------------------ */
+/* The emulated device's size (FMHPC_EMU_DEVICE_MEM) and the bytes in use:
+ * device_mem reports them, alloc_for and free move them by the bytes asked
+ * (emu.train_oom runs an allocation past the size: the report). */
+FM_TEST(device_memory_limit) {
+  int64_t f = 0, t = 0;
+  unsetenv("FMHPC_EMU_DEVICE_MEM");
+  FM_EXPECT_EQ_INT(emu.device_mem(&f, &t), FM_ENODEV);
+  FM_EXPECT(f == -1 && t == -1);
+  setenv("FMHPC_EMU_DEVICE_MEM", "2M", 1);
+  FM_EXPECT_EQ_INT(emu.device_mem(&f, &t), FM_OK);
+  FM_EXPECT_EQ_INT(t, 2 << 20);
+  const int64_t f0 = f;
+  FM_EXPECT(f0 > 0 && f0 <= t);
+  void *p = emu.alloc_for(1000, "a test buffer", 1000), *q = emu.alloc(24);
+  FM_REQUIRE(p != NULL && q != NULL && ((uintptr_t)p % 256) == 0);
+  FM_EXPECT_EQ_INT(emu.device_mem(&f, &t), FM_OK);
+  FM_EXPECT_EQ_INT(f, f0 - 1024);
+  emu.free(p);
+  emu.free(q);
+  FM_EXPECT_EQ_INT(emu.device_mem(&f, &t), FM_OK);
+  FM_EXPECT_EQ_INT(f, f0);
+  FM_EXPECT(emu.alloc_for(0, "nothing", 0) == NULL);
+  fm_mem_plan_set(FM_MEM_ACT, 12345);
+  FM_EXPECT_EQ_INT(fm_mem_plan_get(FM_MEM_ACT), 12345);
+  FM_EXPECT(strcmp(fm_mem_item_name(FM_MEM_ACT), "the activations") == 0);
+  unsetenv("FMHPC_EMU_DEVICE_MEM");
+}
+
 FM_TEST(memory_ops) {
   enum { N = 1001 };
   FM_EXPECT(emu.alloc(0) == NULL);
@@ -759,6 +787,9 @@ static const char *const tested[] = {
     /* memory_ops */
     "alloc",
     "free",
+    /* device_memory_limit; emu.train_oom (the report past the size) */
+    "alloc_for",
+    "device_mem",
     "memset",
     "copy_to_device",
     "copy_to_host",

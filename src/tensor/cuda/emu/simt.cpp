@@ -420,15 +420,46 @@ extern "C" void fm_simt_reset_stats(void) { fmsim::S.stats = FmSimtStats{0, 0, 0
 
 /* ---- emulated device memory: host memory (the emulated ops take host
  * pointers), so the emulated table is a whole FmBackend ------------------ */
+/* The emulated device's size: FMHPC_EMU_DEVICE_MEM bytes (a number with an
+ * optional K, M or G suffix, binary), -1 (unlimited) when unset. Each
+ * allocation keeps its size in a 256-byte header, so the bytes in use are
+ * known and an allocation beyond the size fails as cudaMalloc would. */
+static int64_t g_mem_used = 0;
+extern "C" int64_t fm_simt_mem_limit(void) {
+  const char *e = getenv("FMHPC_EMU_DEVICE_MEM");
+  if (!e || !e[0]) return -1;
+  char *end = nullptr;
+  const double v = strtod(e, &end);
+  const double mult = *end == 'K' ? 1024.0 : *end == 'M' ? 1048576.0 : *end == 'G' ? 1073741824.0 : 1.0;
+  if (!(v >= 0) || v * mult > 9.0e18 || (*end && (end[1] || mult == 1.0)))
+    fmsim::fail("FMHPC_EMU_DEVICE_MEM='%s': expected bytes, optionally with a K, M or G suffix", e);
+  return (int64_t)(v * mult);
+}
+extern "C" int64_t fm_simt_mem_used(void) { return g_mem_used; }
 extern "C" void *fm_simt_alloc(int64_t bytes) {
   if (bytes < 0) fmsim::fail("fm_simt_alloc: negative size %lld", (long long)bytes);
   if (bytes == 0) return nullptr;
+  const int64_t limit = fm_simt_mem_limit();
+  if (limit >= 0 && bytes > limit - g_mem_used)
+    fmsim::fail("out of emulated device memory: %lld bytes asked, %lld of %lld in use (FMHPC_EMU_DEVICE_MEM)",
+                (long long)bytes, (long long)g_mem_used, (long long)limit);
   void *p = nullptr;
-  if (posix_memalign(&p, 256, (size_t)bytes) != 0) fmsim::fail("out of host memory for %lld bytes", (long long)bytes);
+  if (posix_memalign(&p, 256, (size_t)bytes + 256) != 0)
+    fmsim::fail("out of host memory for %lld bytes", (long long)bytes);
+  memcpy(p, &bytes, sizeof bytes);
+  g_mem_used += bytes;
+  p = (char *)p + 256;
   memset(p, 0xFF, (size_t)bytes); /* as uninitialised device memory might hold anything: NaN */
   return p;
 }
-extern "C" void fm_simt_free(void *p) { free(p); }
+extern "C" void fm_simt_free(void *p) {
+  if (!p) return;
+  char *h = (char *)p - 256;
+  int64_t bytes = 0;
+  memcpy(&bytes, h, sizeof bytes);
+  g_mem_used -= bytes;
+  free(h);
+}
 extern "C" void fm_simt_memset(void *p, int value, int64_t bytes) {
   if (bytes > 0) memset(p, value, (size_t)bytes);
 }

@@ -60,6 +60,9 @@ FmComm *fm_comm_mpi_create(MPI_Comm comm);
  * ncclUniqueId over `comm`; device buffers on `device`. Returns NULL and sets
  * *status to FM_EUNSUPPORTED (no CUDA build) or FM_ENODEV (no GPU). */
 FmComm *fm_comm_nccl_create(MPI_Comm comm, int device, int *status);
+/* 1 when this program has NCCL (comm_nccl.c built with FMHPC_HAVE_CUDA: a
+ * CUDA build, or the tests' emulated NCCL), else 0. */
+int fm_comm_nccl_built(void);
 
 static inline int fm_comm_bcast(FmComm *c, void *buf, int64_t n, FmDType t, int root) {
   return c->ops->bcast(c, buf, n, t, root);

@@ -53,12 +53,7 @@ int fm__comm_choose(int choice, int cuda_backend, int have_nccl, int *use_nccl, 
 }
 
 int fm_comm_choose(int choice, int cuda_backend, int *use_nccl, char *why, size_t n, const char **hint) {
-#ifdef FMHPC_HAVE_CUDA
-  const int have_nccl = 1;
-#else
-  const int have_nccl = 0;
-#endif
-  return fm__comm_choose(choice, cuda_backend, have_nccl, use_nccl, why, n, hint);
+  return fm__comm_choose(choice, cuda_backend, fm_comm_nccl_built(), use_nccl, why, n, hint);
 }
 
 /* Every rank of the world returns the same status: the lowest (FM_E* are

@@ -21,6 +21,8 @@
 
 int fm_runtime_device_count(void) { return 0; }
 
+int fm_comm_nccl_built(void) { return 0; }
+
 FmComm *fm_comm_nccl_create(MPI_Comm comm, int device, int *status) {
   if (status) *status = FM_EUNSUPPORTED;
   return NULL;
@@ -39,6 +41,8 @@ int fm_runtime_device_count(void) {
   }
   return n;
 }
+
+int fm_comm_nccl_built(void) { return 1; }
 
 typedef struct NcclImpl {
   ncclComm_t nccl;

@@ -99,6 +99,7 @@ static void weights_to_device(Run *r) {
 /* Where the step's work runs, for the log: the CPU's GEMM, or the device's share. */
 static const char *where_ops(const Run *r) {
   if (r->be->host_accessible) return fm_cpu_blas_info();
+  if (r->red.nccl) return "model ops, the exact quantisation and its exchange (NCCL) on the device, optimizer on host";
   return r->red.dev ? "model ops and the exact quantisation on the device, collectives and optimizer on host copies"
                     : "model ops on the device, reduction and optimizer on host copies";
 }
@@ -376,7 +377,8 @@ int fm_train_backend_needs(const FmConfig *c) {
   return FM_NEED_MODEL | (c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16 ? FM_NEED_BF16 : 0);
 }
 
-static int setup(Run *r, const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *err) {
+static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
+  FmComm *dp = mesh->dp_comm, *tp = mesh->tp_comm;
   memset(r, 0, sizeof *r);
   r->deck = deck;
   r->c = &deck->c;
@@ -399,30 +401,31 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *err) 
   if (!r->be->host_accessible && fm_plan_make(&plan, deck, dp->size * tp->size, NULL) == 0)
     fm_plan_mem_figures(&plan, deck);
   /* &parallel comm (fm_comm_choose): 'auto' is NCCL on the CUDA backend, MPI
-   * on the CPU; 'nccl' on the CPU backend is a deck error with a hint. This
-   * loop still reduces host copies of the gradients (CPU backend, or on CUDA
-   * the copies), so NCCL is not used yet: 'auto' says so and takes MPI, and
-   * an explicit 'nccl' on CUDA is refused. */
+   * on the CPU; 'nccl' on the CPU backend is a deck error with a hint. NCCL
+   * carries the exact reduction's exchange on the device (fm_reduce_use_nccl);
+   * the small host collectives (token counts, losses, norm partials) stay MPI.
+   * Each rank binds the GPU of its local rank (NCCL takes one rank per GPU)
+   * before the model allocates anything there. */
   const char *comm_hint = NULL;
   int comm_rc = fm_comm_choose(c->choice[FM_KEY_parallel_comm], !r->be->host_accessible, &r->use_nccl, why,
                                sizeof why, &comm_hint);
-  if (!comm_rc && r->use_nccl) {
-    r->use_nccl = 0;
-    comm_hint = "comm = 'auto' or 'mpi'";
-    if (c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL) {
-      snprintf(why, sizeof why, "NCCL collectives need the device reduction; training runs on CUDA but reduces host "
-                                "copies of the gradients with MPI in this version");
-      comm_rc = FM_EUNSUPPORTED;
-    } else {
-      snprintf(why, sizeof why, "auto: MPI, the loop reduces host copies of the gradients in this version");
-    }
-  }
   if (comm_rc) {
     fm_deck_error(deck, err, FM_KEY_parallel_comm, "%s", why);
     if (err && comm_hint) fprintf(err, "hint: %s\n", comm_hint);
     return FM_EDECK;
   }
   fm_log0("comm: %s (%s)", r->use_nccl ? "nccl" : "mpi", why);
+  if (r->use_nccl) {
+    const int ndev = fm_runtime_device_count();
+    mesh->device = ndev > 0 ? mesh->local_rank % ndev : -1;
+    int st = fm_mesh_nccl(mesh);
+    if (st) {
+      if (err)
+        fprintf(err, "fmhpc: &parallel comm: the NCCL communicators could not be created (%s; see above)\n"
+                     "hint: comm = 'mpi' reduces host copies over MPI\n", fm_strerror(st));
+      return st;
+    }
+  }
   /* deck rules first: a wrong schedule is reported before a store is opened */
   if (fm_schedule_from_deck(&r->sched, deck, err)) return FM_EDECK;
   r->B = c->train.global_batch;
@@ -485,6 +488,9 @@ static int setup(Run *r, const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *err) 
   r->mloss_all = fm_xcalloc((size_t)r->M, sizeof *r->mloss_all);
   r->gshard = fm_xcalloc((size_t)r->red.S, sizeof *r->gshard);
   if (tp->size > 1) r->gtmp = fm_xcalloc((size_t)r->red.S, sizeof *r->gtmp);
+  if (r->use_nccl) fm_reduce_use_nccl(&r->red, mesh->dp_nccl, NULL); /* exact mode: the exchange on the device */
+  if (r->use_nccl && !r->red.nccl)
+    fm_log0("comm: determinism = 'fast' sums fp32 host copies over MPI; NCCL carries the exact reduction only");
   const FmOptimRunShape shape = {r->count, r->first, r->b, r->T, r->dims.V, (uint64_t)c->run.seed};
   fm_optim_setup_run(r->opt, &shape);
   test_nan_hook_setup(r);
@@ -768,7 +774,8 @@ static void say_setup_errors(FmComm *dp, int rc, const char *mine) {
 }
 
 /* The run on its data-parallel communicator (the mesh's dp_comm). */
-static int train_on_dp(const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *log) {
+static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
+  FmComm *dp = mesh->dp_comm, *tp = mesh->tp_comm;
   Run r;
   const bool lead = dp->rank == 0 && tp->rank == 0;
   FILE *err = lead ? stderr : NULL;
@@ -777,7 +784,7 @@ static int train_on_dp(const FmDeck *deck, FmComm *dp, FmComm *tp, FILE *log) {
   FILE *serr = lead ? fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write})
                     : fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write_quiet});
   setvbuf(serr, NULL, _IONBF, 0);
-  int rc = setup(&r, deck, dp, tp, serr);
+  int rc = setup(&r, deck, mesh, serr);
   fclose(serr);
   int32_t ok = rc == 0, all_ok = 0; /* a setup error seen by some ranks (a file) ends all */
   fm_comm_allreduce(dp, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
@@ -906,7 +913,7 @@ int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log) {
   FmMesh mesh;
   int rc = fm_mesh_create(&mesh, (int)deck->c.parallel.tp, 0); /* training runs on the CPU backend */
   if (rc) return rc;
-  rc = train_on_dp(deck, mesh.dp_comm, mesh.tp_comm, log);
+  rc = train_on_dp(deck, &mesh, log);
   fm_mesh_destroy(&mesh);
   return rc;
 }

@@ -31,10 +31,16 @@
 #       step-3 losses by > 1e-4;
 #     - the same loss bits and weights SHA-256 under the forward and a
 #       seeded random thread schedule (FMHPC_EMU_SCHEDULE), and at 1 and 2
-#       MPI ranks (the exact int64 reduction);
+#       MPI ranks (the exact int64 reduction; 2 ranks with &parallel
+#       comm='nccl': the exchange on the device over the emulated NCCL of
+#       tests/kernels/emu/nccl_emu.c, and 1 rank with 'auto', which takes
+#       NCCL on CUDA);
+#     - llama only: the same bits with comm='mpi' at 2 ranks (host copies
+#       over MPI); a failing NCCL call (FMHPC_EMU_FAIL) named with the
+#       device;
 #     - llama only: a run preempted after step 2 (checkpoint written from
-#       the device path) and resumed with resume='auto' at 2 ranks under the
-#       reverse schedule ends with the uninterrupted run's bits; a NaN
+#       the device path) and resumed with resume='auto' (NCCL) at 2 ranks
+#       under the reverse schedule ends with the uninterrupted run's bits; a NaN
 #       planted in one rank's gradient (FMHPC_TEST_NAN_AT) is found by the
 #       device quantisation, named (tensor, element) and the step skipped;
 #       task='eval' of the trained model with backend='cuda' at 2 ranks
@@ -252,19 +258,34 @@ if [ "$case_" = llama_bf16 ]; then # the same on the CPU in fp32 compute, to sho
 fi
 run fwd 1 "$EMU" forward "train%backend='cuda'"
 run rnd 1 "$EMU" random:12345 "train%backend='cuda'"
-run np2 2 "$EMU" forward "train%backend='cuda'"
+run np2 2 "$EMU" forward "train%backend='cuda'" "parallel%comm='nccl'"
 grep -q "^backend: cuda (emulated) (as the deck asks)" "$D/fwd.log" || fail "fwd: no 'backend: cuda (emulated)' line"
 grep -q "^backend: cpu (as the deck asks)" "$D/cpu.log" || fail "cpu: no 'backend: cpu' line"
 if [ "$case_" = llama_bf16 ]; then # the pinned GEMM plans are logged after step 1, in bf16
   grep -q "^gemm 0: bf16 " "$D/fwd.log" || fail "fwd: no 'gemm 0: bf16' plan line in the log"
 fi
+grep -q "^comm: nccl (asked for)" "$D/np2.log" || fail "np2: no 'comm: nccl (asked for)' line"
+grep -q "^comm: nccl (auto: NCCL" "$D/fwd.log" || fail "fwd: 'auto' did not take NCCL on the emulated CUDA"
 runs=(fwd rnd np2)
 if [ "$case_" = llama ]; then # checkpoint on the device path, resume at another rank count
+  # the exchange over MPI on host copies: the bits of NCCL's (integer sums) and of one rank
+  run mpi2 2 "$EMU" forward "train%backend='cuda'" "parallel%comm='mpi'"
+  grep -q "^comm: mpi (asked for)" "$D/mpi2.log" || fail "mpi2: no 'comm: mpi (asked for)' line"
+  runs+=(mpi2)
+  # a failing NCCL call (injected into the emulated NCCL on both ranks) is named and ends the run
+  rc=0
+  FMHPC_EMU_FAIL=ncclCommInitRank "$MPIEXEC" -n 2 "$EMU" "${args[@]}" "train%backend='cuda'" "parallel%comm='nccl'" \
+    "run%out_dir='$D/ncclfail'" > "$D/ncclfail.log" 2>&1 || rc=$?
+  [ "$rc" != 0 ] && grep -q "comm_nccl.c:[0-9]*: NCCL call failed: ncclCommInitRank(&im->nccl, size, id, rank): .* (device 1)" \
+    "$D/ncclfail.log" && grep -qF "fmhpc: &parallel comm: the NCCL communicators could not be created (NCCL error; see above)" "$D/ncclfail.log" ||
+    { tail -8 "$D/ncclfail.log"; fail "ncclfail: exit $rc, expected a failure naming ncclCommInitRank and the device"; }
+  echo "ncclfail: $(grep -o 'NCCL call failed: ncclCommInitRank.*(device 1)' "$D/ncclfail.log" | head -1)"
   rc=0 # a preemption signal after step 2: checkpoint, exit 3 (requeue)
   FMHPC_CKPT_TEST_SIGNAL_AT=2 run ck2 1 "$EMU" forward "train%backend='cuda'" "ckpt%dir='$D/ck'" || rc=$?
   [ "$rc" = 3 ] || { tail -30 "$D/ck2.log"; fail "ck2: exit $rc, expected 3 (preempted after step 2)"; }
   run ck3 2 "$EMU" reverse "train%backend='cuda'" ckpt%every=1 "ckpt%dir='$D/ck'" "ckpt%resume='auto'"
   grep -q "^resume: .*step 2" "$D/ck3.log" || fail "ck3 did not resume from step 2"
+  grep -q "^comm: nccl (auto" "$D/ck3.log" || fail "ck3: the resumed run did not reduce over NCCL"
   runs+=(ck3)
   # a NaN planted in rank 1's gradient at step 2: the device quantisation flags it, the step is computed
   # again on the host path to name the element, and skipped on both ranks

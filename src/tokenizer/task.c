@@ -24,6 +24,14 @@ static int corpus_files(Corpus *c, const FmDeck *deck, FmComm *world, FILE *err)
     if (world->rank == 0) fm_deck_error(deck, err, FM_KEY_tokenizer_inputs, "task = 'tokenizer' needs input globs");
     return FM_EDECK;
   }
+  const int64_t ids = deck->c.tokenizer.vocab_size - deck->c.tokenizer.special_tokens_n;
+  if (ids < 256) { /* before reading the corpus, with the deck's place (fm_bpe_train checks it too) */
+    if (world->rank == 0)
+      fm_deck_error(deck, err, FM_KEY_tokenizer_vocab_size,
+                    "leaves %lld ids after the %d special_tokens; at least 256 (one per byte) are needed",
+                    (long long)ids, deck->c.tokenizer.special_tokens_n);
+    return FM_EDECK;
+  }
   FmDeckKeyErr m = {deck, err, FM_KEY_tokenizer_inputs};
   FmFileList fl;
   int rc = fm_comm_glob(world, deck->c.tokenizer.inputs, deck->c.tokenizer.inputs_n, fm_deck_glob_miss, &m, &fl);

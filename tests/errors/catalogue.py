@@ -169,9 +169,9 @@ def matcher(template):
         return None  # 'hint: %s', '%s: ': the frame of messages composed elsewhere
     first = (template.split("\\n")[0] or template).replace("\\", "")
     parts = SPEC.sub("\x00", first).split("\x00")
-    rx = r"[^\"\n]+".join(re.escape(t) for t in parts[:-1]) + (r"[^\"\n]*" if len(parts) > 1 else "") + \
-        re.escape(parts[-1])  # a trailing field (a library's words) may be left out
-    return re.compile(r"[\"'](?:[^\"'\n]*: )?" + rx + r"[\"']")
+    rx = r"[^\"\n]*".join(re.escape(t) for t in parts)
+    # a trailing field (a library's words) may be left out, and a message printed in pieces goes on
+    return re.compile(r"[\"'](?:[^\"'\n]*: )?" + rx + r"[^\"\n]*[\"']")
 
 
 def test_texts():

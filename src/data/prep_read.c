@@ -247,19 +247,18 @@ int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
     return rc;
   }
   int64_t chars = 0;
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (int i = 0; i < nturns; i++) {
-    chars += count_chars(turns[i].text, turns[i].len);
-    h = fnv1a(h, turns[i].text, turns[i].len + 1); /* the NUL separates turns */
-  }
+  for (int i = 0; i < nturns; i++) chars += count_chars(turns[i].text, turns[i].len);
   if (chars < p->min_chars || chars > p->max_chars) {
     p->stat[chars < p->min_chars ? ST_too_short : ST_too_long]++;
     fm_json_free(&doc);
     return 0;
   }
-  int split = p->in[r->in].valid ||
-              (p->valid_fraction > 0 &&
-               fm_rng_uniform((uint64_t)p->deck->c.run.seed, FM_RNG_PREP, 0, h) < (float)p->valid_fraction);
+  int split = p->in[r->in].valid;
+  if (!split && p->valid_fraction > 0) { /* the text's hash decides (only then is it needed) */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < nturns; i++) h = fnv1a(h, turns[i].text, turns[i].len + 1); /* the NUL separates turns */
+    split = fm_rng_uniform((uint64_t)p->deck->c.run.seed, FM_RNG_PREP, 0, h) < (float)p->valid_fraction;
+  }
   int64_t start = p->nids;
   if (p->sft) {
     rc = encode_sft(p, turns, nturns, bad);

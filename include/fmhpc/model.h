@@ -234,5 +234,7 @@ double fm_vocab_xent_fwd_bwd(FmComm *tp, const FmBackend *be, float *dx, float *
                              const int32_t *targets, const float *weight, int64_t N, int64_t C, int64_t v0,
                              int64_t Vl, float *scratch);
 int64_t fm_vocab_xent_scratch(const FmComm *tp, int64_t N, int64_t C, int64_t Vl);
+/* The same for tp = P ranks (the plan's figure, no communicator). */
+int64_t fm_vocab_xent_scratch_p(int P, int64_t N, int64_t C, int64_t Vl);
 
 #endif

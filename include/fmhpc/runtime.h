@@ -101,6 +101,8 @@ void fm_comm_ring_free(FmRing *ring);
  * fm_comm_sum_ordered_scratch(c, n) floats. */
 int fm_comm_sum_ordered(FmComm *c, float *buf, int64_t n, float *scratch);
 int64_t fm_comm_sum_ordered_scratch(const FmComm *c, int64_t n);
+/* The same for a communicator of P ranks (the plan's figure, no communicator). */
+int64_t fm_comm_sum_ordered_scratch_p(int P, int64_t n);
 
 /* Broadcast a string (any length) from root; *s is replaced on other ranks
  * with a malloc'd copy (free with free()); their old *s is not freed. A NULL

@@ -26,6 +26,12 @@ typedef struct FmPlan {
   /* Bytes on one rank (the deck's micro-batch). */
   int64_t params, master, grads, grad_accum, optim_state;
   int64_t act, act_recompute;
+  /* On a device backend (CUDA): flash attention's grow-once buffers (bf16
+   * Q, K, V, dO copies and D; c=bf16, head size 64 or 128) and the cuBLASLt
+   * workspace, in the total. tp > 1: the tp sums' and the vocab-parallel
+   * cross-entropy's scratch, host memory (in the total on the CPU backend). */
+  int64_t attn_scratch, gemm_ws, tp_scratch;
+  bool on_device;
   int64_t total; /* with the deck's recompute */
   /* Bytes one rank sends per optimizer step (ring/all-gather algorithms). */
   int64_t tp_act;    /* Megatron activation sums (fm_comm_sum_ordered) */
@@ -33,8 +39,11 @@ typedef struct FmPlan {
   int64_t dp_grad;   /* gradient reduce-scatter (int64 exact, fp32 fast) */
   int64_t dp_gather; /* fp32 all-gather of the updated weights (zero=1) or gradient shards (zero=0) */
   int64_t dp_scales; /* exact mode's per-block scales and the norm's block sums */
-  /* Fit against &parallel device_mem_gib (0: unknown, nothing below set). */
-  int64_t device_mem;
+  /* Fit against &parallel device_mem_gib, else on a device backend the
+   * device's total memory (device_free: free when asked; -1 unknown)
+   * (0: unknown, nothing below set). */
+  int64_t device_mem, device_free;
+  bool device_measured;
   int fit_tp;        /* the smallest tp that fits, 0 when none does */
   int64_t fit_micro; /* its micro-batch */
   bool fit_recompute;

@@ -28,9 +28,12 @@ static int64_t tile_elems(int64_t N, int64_t Vl) {
   return (N * vc + 1) / 2 * 2;
 }
 
-int64_t fm_vocab_xent_scratch(const FmComm *tp, int64_t N, int64_t C, int64_t Vl) {
+int64_t fm_vocab_xent_scratch_p(int P, int64_t N, int64_t C, int64_t Vl) {
   /* tile, 3N doubles mine + 3N*P gathered (2 floats each), this rank's dx part, the dx sum's scratch */
-  return tile_elems(N, Vl) + N * 6 * (1 + (int64_t)tp->size) + N * C + fm_comm_sum_ordered_scratch(tp, N * C);
+  return tile_elems(N, Vl) + N * 6 * (1 + (int64_t)P) + N * C + fm_comm_sum_ordered_scratch_p(P, N * C);
+}
+int64_t fm_vocab_xent_scratch(const FmComm *tp, int64_t N, int64_t C, int64_t Vl) {
+  return fm_vocab_xent_scratch_p(tp->size, N, C, Vl);
 }
 
 double fm_vocab_xent_fwd_bwd(FmComm *tp, const FmBackend *be, float *dx, float *dw, const float *x, const float *w,

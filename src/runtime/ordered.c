@@ -10,9 +10,8 @@
 /* Elements per round: bounds the scratch a caller must give (P * CHUNK). */
 enum { CHUNK = 1 << 20 };
 
-int64_t fm_comm_sum_ordered_scratch(const FmComm *c, int64_t n) {
-  return (int64_t)c->size * (n < CHUNK ? n : CHUNK);
-}
+int64_t fm_comm_sum_ordered_scratch_p(int P, int64_t n) { return (int64_t)P * (n < CHUNK ? n : CHUNK); }
+int64_t fm_comm_sum_ordered_scratch(const FmComm *c, int64_t n) { return fm_comm_sum_ordered_scratch_p(c->size, n); }
 
 int fm_comm_sum_ordered(FmComm *c, float *buf, int64_t n, float *scratch) {
   const int P = c->size;

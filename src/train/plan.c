@@ -13,6 +13,9 @@
 #include "fmhpc/dist.h"
 #include "fmhpc/optim.h"
 
+/* The CUDA backend's fixed cuBLASLt workspace (src/tensor/cuda/gemm.cu, FM__GEMM_WS_BYTES). */
+#define FM_PLAN_GEMM_WS ((int64_t)32 << 20)
+
 /* Checked int64 arithmetic: the first overflow sets *bad and the result is 0. */
 static int64_t mul(bool *bad, int64_t a, int64_t b) {
   int64_t r = 0;
@@ -86,8 +89,24 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
   const FmModelDims l = tp_local_dims(d, lay.tp);
   p->act = mul(bad, fm_model_act_elems(p->model, &l, lay.b, false), cb);
   p->act_recompute = mul(bad, fm_model_act_elems(p->model, &l, lay.b, true), cb);
+  /* Device only: flash attention's grow-once copies (attention_flash.cu: bf16 q and dout of b*T x NH*HS,
+   * k and v of b*T x NKV*HS, fp32 D of b*NH*T), used at c=bf16 with head size 64 or 128; the cuBLASLt
+   * workspace. tp > 1 (host backends): the tp sums' and the vocab-parallel cross-entropy's scratch. */
+  const int64_t Nt = mul(bad, lay.b, d->T);
+  p->attn_scratch = 0;
+  if (p->on_device && bf16 && (d->HS == 64 || d->HS == 128))
+    p->attn_scratch =
+        add(bad, mul(bad, mul(bad, Nt, 2 * (l.NH + l.NKV)), mul(bad, d->HS, 2)), mul(bad, mul(bad, Nt, l.NH), 4));
+  p->gemm_ws = p->on_device ? FM_PLAN_GEMM_WS : 0;
+  p->tp_scratch = 0;
+  if (lay.tp > 1 && !*bad)
+    p->tp_scratch = mul(bad,
+                        add(bad, fm_comm_sum_ordered_scratch_p(lay.tp, mul(bad, Nt, d->C)),
+                            fm_vocab_xent_scratch_p(lay.tp, Nt, d->C, l.V)),
+                        4);
   int64_t fixed = add(bad, add(bad, p->params, p->master), add(bad, p->grads, p->grad_accum));
   fixed = add(bad, fixed, p->optim_state);
+  fixed = add(bad, fixed, p->on_device ? add(bad, p->attn_scratch, p->gemm_ws) : p->tp_scratch);
   p->total = add(bad, fixed, lay.recompute ? p->act_recompute : p->act);
 
   /* Over tp, per micro-batch (Megatron, no sequence parallelism): each layer
@@ -172,6 +191,8 @@ static int plan_layout(FmPlan *p, const FmDeck *deck, int world_size, FILE *err)
                   (long long)p->dims.NKV, valid);
     return FM_EDECK;
   }
+  if (p->dims.F % p->tp != 0) /* a tp rank owns d_ff/tp of the MLP's columns: the training's rule, and its words */
+    return fm_model_check_tp(&p->dims, p->tp, deck, err);
   p->dp = world_size / p->tp;
   p->micro_batches = c->train.global_batch / c->train.micro_batch;
   if (p->micro_batches % p->dp != 0) {
@@ -204,6 +225,10 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
     rc = FM_EDECK;
   }
   if (rc) return rc;
+  char why[256];
+  int st = 0;
+  const FmBackend *be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &st);
+  p->on_device = be && !be->host_accessible;
 
   FmTensorTable tab;
   fm_model_param_table(&tab, p->model, &p->dims);
@@ -212,6 +237,14 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   const Layout lay = {p->tp, p->dp, c->train.micro_batch, c->model.recompute};
   plan_cost(p, deck, &tab, lay, &bad);
   p->device_mem = (int64_t)(c->parallel.device_mem_gib * 1073741824.0);
+  p->device_free = -1;
+  int64_t dev_free = -1, dev_total = -1; /* no device_mem_gib: the device's own size (cudaMemGetInfo) */
+  if (p->device_mem <= 0 && p->on_device && be->device_mem && be->device_mem(&dev_free, &dev_total) == 0 &&
+      dev_total > 0) {
+    p->device_mem = dev_total;
+    p->device_free = dev_free;
+    p->device_measured = true;
+  }
   if (!bad && p->device_mem > 0 && p->total > p->device_mem) plan_fit(p, deck, &tab, &bad);
   fm_table_free(&tab);
   if (bad) {
@@ -232,6 +265,8 @@ void fm_plan_mem_figures(const FmPlan *p, const FmDeck *deck) {
   fm_mem_plan_set(FM_MEM_ACT, deck->c.model.recompute ? p->act_recompute : p->act);
   fm_mem_plan_set(FM_MEM_REDUCE, p->grad_accum);
   fm_mem_plan_set(FM_MEM_OPTIM, p->optim_state);
+  fm_mem_plan_set(FM_MEM_ATTN, p->attn_scratch);
+  fm_mem_plan_set(FM_MEM_GEMM_WS, p->gemm_ws);
 }
 
 /* One figure: readable size, exact bytes, and the formula it came from. */
@@ -262,6 +297,13 @@ static void print_memory(const FmPlan *p, const FmDeck *deck, FILE *out) {
            (long long)c->train.micro_batch, p->compute_bytes);
   row(out, "activations", p->act, f);
   row(out, "activations (recompute)", p->act_recompute, "the same, one layer's kept at a time");
+  if (p->attn_scratch > 0)
+    row(out, "attention scratch", p->attn_scratch,
+        "flash (c=bf16): bf16 q, dout b*T x NH/tp*HS and k, v b*T x NKV/tp*HS, x 2; fp32 D b*NH/tp*T x 4");
+  if (p->gemm_ws > 0) row(out, "cuBLASLt workspace", p->gemm_ws, "fixed, one per process (32 MiB)");
+  if (p->tp_scratch > 0)
+    row(out, p->on_device ? "tp scratch (host)" : "tp scratch", p->tp_scratch,
+        "(tp sums tp x min(b*T*C, 2^20) + vocab xent tile, 6 b*T (tp+1), b*T*C and its sum's) x 4");
   row(out, "total", p->total, c->model.recompute ? "with recompute (deck)" : "without recompute (deck)");
 }
 
@@ -284,18 +326,25 @@ static void print_comm(const FmPlan *p, const FmDeck *deck, FILE *out) {
 }
 
 static void print_fit(const FmPlan *p, FILE *out) {
-  char need[32], have[32], got[32];
+  char need[32], have[32], got[32], room[32], src[96] = "";
   fm_fmt_bytes(need, sizeof need, (double)p->total);
   if (p->device_mem <= 0) {
     fprintf(out, "fit        device memory unknown (set &parallel device_mem_gib to test the %s per rank)\n", need);
     return;
   }
   fm_fmt_bytes(have, sizeof have, (double)p->device_mem);
+  if (p->device_measured) {
+    char fr[32];
+    snprintf(src, sizeof src, " (the device's, cudaMemGetInfo: %s free now)",
+             fm_fmt_bytes(fr, sizeof fr, (double)p->device_free));
+  }
+  const int64_t head = p->device_mem - p->total;
+  fm_fmt_bytes(room, sizeof room, (double)(head >= 0 ? head : -head));
   if (p->total <= p->device_mem) {
-    fprintf(out, "fit        %s per rank of a %s device: fits\n", need, have);
+    fprintf(out, "fit        %s per rank of a %s device%s: fits, headroom %s\n", need, have, src, room);
     return;
   }
-  fprintf(out, "fit        %s per rank of a %s device: DOES NOT FIT\n", need, have);
+  fprintf(out, "fit        %s per rank of a %s device%s: DOES NOT FIT, short by %s\n", need, have, src, room);
   if (p->fit_tp == 0) {
     fprintf(out,
             "           no tp dividing %d ranks, %lld KV heads and d_ff %lld fits, at any micro-batch, with "

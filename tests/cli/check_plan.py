@@ -7,12 +7,19 @@ against a brute-force search over (tp, micro-batch, recompute).
 
 Every figure is parsed from the exact byte column ("1,234 B") and must be
 equal, not close. The run fails when a row is missing, a number differs, or
-fewer figures than expected were compared."""
+fewer figures than expected were compared.
+
+With FMHPC_EMU (the fmhpc_emu build: its backend 'cuda' is the emulated
+device) the plan of a CUDA deck is checked too: flash attention's scratch and
+the cuBLASLt workspace in the total, and the fit against the device's own
+memory (FMHPC_EMU_DEVICE_MEM, as cudaMemGetInfo reports it) with its headroom."""
+import os
 import re
 import subprocess
 import sys
 
 FMHPC, INPUTS = sys.argv[1], sys.argv[2]
+FMHPC_EMU = sys.argv[3] if len(sys.argv) > 3 else None
 BLOCK = 65536  # FM_DIST_BLOCK: ZeRO shards and reduction scales are whole blocks
 XENT_RS = 512  # rows of logits the CPU cross-entropy op holds at once (its scratch)
 GIB = 1 << 30
@@ -88,8 +95,23 @@ def plan(m, run, tp, b, recompute):
     r["optimizer state"] = mine * 4 * run["nstate"]
     r["activations"] = act_elems(m, tp, b, False) * cb
     r["activations (recompute)"] = act_elems(m, tp, b, True) * cb
-    fixed = sum(r[k] or 0 for k in ("weights (compute copy)", "fp32 master", "gradients", "reduction buffers",
-                                    "optimizer state"))
+    N, C, T = b * m["T"], m["C"], m["T"]
+    NHl, NKVl, HS = m["NH"] // tp, m["NKV"] // tp, m["HS"]
+    if run.get("device"):
+        # attention_flash.cu's grow-once buffers at c=bf16, head size 64/128: bf16 q, dout (N x NH*HS),
+        # k, v (N x NKV*HS); fp32 D (b*NH*T); and gemm.cu's fixed 32 MiB cuBLASLt workspace
+        if run["bf16"] and HS in (64, 128):
+            r["attention scratch"] = (2 * N * NHl * HS + 2 * N * NKVl * HS) * 2 + b * NHl * T * 4
+        r["cuBLASLt workspace"] = 32 << 20
+    elif tp > 1:
+        # model_run.c's host scratch: the ordered tp sums (tp x min(N*C, 2^20) floats) and the
+        # vocab-parallel cross-entropy (a logits tile of N x min(V/tp, 2048), 3N doubles mine and
+        # gathered, this rank's dx part, the dx sum's scratch)
+        sums = tp * min(N * C, 1 << 20)
+        tile = (N * min(cdiv(m["V"], tp), 2048) + 1) // 2 * 2
+        r["tp scratch"] = (sums + tile + N * 6 * (1 + tp) + N * C + sums) * 4
+    fixed = sum(r.get(k) or 0 for k in ("weights (compute copy)", "fp32 master", "gradients", "reduction buffers",
+                                        "optimizer state", "attention scratch", "cuBLASLt workspace", "tp scratch"))
     r["total"] = fixed + r["activations (recompute)" if recompute else "activations"]
     mb_rank = run["B"] // b // dp
     # Megatron: per layer 2 sums forward, 2 backward (+2 when recompute repeats the forward),
@@ -124,12 +146,16 @@ def fit_search(m, run, mem):
 compared = 0
 
 
-def check(name, args, m, run, device_gib=None):
+def check(name, args, m, run, device_gib=None, emu_mem=None):
     global compared
-    cmd = [FMHPC, "--check"] + args
+    cmd = [FMHPC_EMU if run.get("device") else FMHPC, "--check"] + args
     if device_gib is not None:
         cmd.append(f"parallel%device_mem_gib={device_gib}")
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    env = dict(os.environ)
+    env.pop("FMHPC_EMU_DEVICE_MEM", None)
+    if emu_mem is not None:
+        env["FMHPC_EMU_DEVICE_MEM"] = str(emu_mem)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"FAIL: {name}: {' '.join(cmd)} exited {out.returncode}\n{out.stderr}")
     text = out.stdout
@@ -163,13 +189,18 @@ def check(name, args, m, run, device_gib=None):
         hand_total = sum(x for x, _ in param_tensors(m))
         if hand_total != m["params_total"]:
             bad.append(f"hand parameter formula gives {hand_total:,}, the published count is {m['params_total']:,}")
-    if device_gib is not None:
-        mem = int(device_gib * GIB)
+    if device_gib is not None or emu_mem is not None:
+        mem = int(device_gib * GIB) if device_gib is not None else emu_mem
         compared += 1
+        src = " (the device's, cudaMemGetInfo: " if emu_mem is not None and device_gib is None else " device: "
+        if src not in text:
+            bad.append(f"the fit line does not say where the device size came from ('{src.strip()}')")
         if want["total"] <= mem:
-            if "fits\n" not in text:
-                bad.append(f"{want['total']:,} B <= {mem:,} B but no 'fits'")
+            if ": fits, headroom " not in text:
+                bad.append(f"{want['total']:,} B <= {mem:,} B but no 'fits, headroom'")
         else:
+            if ": DOES NOT FIT, short by " not in text:
+                bad.append(f"{want['total']:,} B > {mem:,} B but no 'DOES NOT FIT, short by'")
             sug = fit_search(m, run, mem)
             if sug is None:
                 if "no tp dividing" not in text:
@@ -213,6 +244,19 @@ run_nano = dict(world=8, tp=1, b=4, B=32, bf16=False, exact=True, zero=True, nst
 nano8 = ["--ranks", "8", deck, "train%global_batch=32"]
 for gib, what in ((0.25, "tp must grow"), (0.17, "tp and micro-batch must change"), (50 / 1024, "nothing fits")):
     check(f"llama_nano 8 ranks tp 1, a {gib * 1024:.0f} MiB device ({what})", nano8, LLAMA_NANO, run_nano, gib)
+# A CUDA deck (the emulated device): head size 64, so c=bf16 runs flash attention
+if FMHPC_EMU:
+    LLAMA_H64 = dict(arch="llama", C=256, L=4, NH=4, NKV=2, HS=64, F=352, V=50257, T=128, tied=False)
+    h64 = ["--ranks", "2", deck, "model%d_model=256", "train%backend='cuda'", "train%precision='p=f32,c=bf16'"]
+    run_h64 = dict(world=2, tp=1, b=4, B=16, bf16=True, exact=True, zero=True, nstate=2, recompute=False, device=True)
+    check("llama d_model 256 (head 64) on the emulated CUDA, c=bf16: flash scratch, workspace", h64, LLAMA_H64, run_h64)
+    total = plan(LLAMA_H64, run_h64, 1, 4, False)["total"]
+    check("the same against the device's memory (fits)", h64, LLAMA_H64, run_h64, emu_mem=total + (5 << 20))
+    check("the same against a device too small", h64, LLAMA_H64, run_h64, emu_mem=total - (1 << 20))
+    run_f32 = dict(run_h64, bf16=False)
+    check("the same in fp32 compute (no flash)", h64[:-1], LLAMA_H64, run_f32)
+elif os.environ.get("CI") == "true":
+    sys.exit("FAIL: no FMHPC_EMU argument: the CUDA deck's plan is not checked")
 if compared < 10 * 14:
     sys.exit(f"FAIL: compared only {compared} figures")
 print(f"PASS: {compared} --check figures equal the hand derivation")

@@ -119,6 +119,9 @@ DECK = [
       "not gathered over &parallel tp = 2", "hint: adamw or lion under tp > 1, or tp = 1"]),
     ("tp_kv_heads", ["--check", "--ranks", "4", L, "parallel%tp=4"], 2,
      ["&parallel tp = 4: must divide the model's 2 key/value heads (each tp rank owns whole KV heads): valid tp values are 1, 2"]),
+    ("tp_d_ff", ["--check", "--ranks", "4", L, "parallel%tp=2", "model%d_ff=351"], 2,
+     ["&parallel tp = 2: must divide the model's 2 key/value heads (each tp rank owns whole KV heads and their query "
+      "heads) and d_ff = 351 (the MLP's columns): valid tp values are 1"]),
 ]
 
 # The tasks' own rules on their decks (prep, tokenizer, dedup, eval, generate, ifd)

@@ -187,14 +187,18 @@ FM_TEST(switch_rate) {
   static float out[BLOCKS * THREADS];
   set_schedule(FM_SIMT_RANDOM);
   fm_simt_reset_stats();
+  /* The rate is per CPU-second of this thread (the fibers run on it), not
+   * per wall second: a loaded machine must not fail the test. The floor
+   * catches a pathological switch (a system call per switch), nothing finer;
+   * the speed itself is reported, not tested. */
   struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
   simt_shuffle_storm(out, BLOCKS, THREADS, ROUNDS);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
   FmSimtStats st;
   fm_simt_stats(&st);
   const double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-  printf("switch rate: %llu fiber switches for %llu threads x %d shuffles in %.3f s: %.1f M switches/s\n",
+  printf("switch rate: %llu fiber switches for %llu threads x %d shuffles in %.3f CPU-s: %.1f M switches/s\n",
          (unsigned long long)st.switches, (unsigned long long)st.threads, ROUNDS, sec,
          1e-6 * (double)st.switches / sec);
   FM_EXPECT(st.switches >= (uint64_t)BLOCKS * THREADS * ROUNDS);

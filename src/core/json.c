@@ -101,6 +101,11 @@ int64_t fm_utf8_check(const char *s, size_t n) {
   const unsigned char *u = (const unsigned char *)s;
   size_t i = 0;
   while (i < n) {
+    uint64_t w8;
+    if (i + 8 <= n && (memcpy(&w8, u + i, 8), (w8 & 0x8080808080808080ull) == 0)) { /* 8 ASCII bytes */
+      i += 8;
+      continue;
+    }
     unsigned c = u[i];
     if (c < 0x80) {
       i++;

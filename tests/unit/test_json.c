@@ -112,3 +112,26 @@ FM_TEST(json_large_document) {
   fm_json_free(&d);
   fm_str_free(&s);
 }
+
+FM_TEST(utf8_check_after_ascii_runs) {
+  /* fm_utf8_check skips 8 ASCII bytes at a time: a bad byte planted after an
+   * ASCII run of every length 0..40 is still found at its own offset, and a
+   * good multi-byte sequence anywhere in the run is still accepted. */
+  char buf[64];
+  int checked = 0;
+  for (int off = 0; off <= 40; off++) {
+    static const char *const bad[] = {"\xff", "\xc3\x28", "\xc0\xaf", "\xed\xa0\x80", "\xe2\x82"};
+    for (int b = 0; b < 5; b++) {
+      memset(buf, 'a', (size_t)off);
+      size_t n = strlen(bad[b]);
+      memcpy(buf + off, bad[b], n);
+      FM_EXPECT_EQ_INT(fm_utf8_check(buf, (size_t)off + n), off);
+      checked++;
+    }
+    memset(buf, 'a', sizeof buf);
+    memcpy(buf + off, "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80", 9); /* e-acute, euro sign, an emoji */
+    FM_EXPECT_EQ_INT(fm_utf8_check(buf, sizeof buf), -1);
+    checked++;
+  }
+  FM_EXPECT_EQ_INT(checked, 41 * 6);
+}

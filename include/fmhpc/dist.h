@@ -88,6 +88,8 @@ typedef struct FmReduce {
   int64_t *acc;           /* (P*S) int64 accumulator, padded layout (exact) */
   int64_t *acc_shard;     /* (S) reduce-scatter result (exact) */
   FmRing *ring;           /* the int64 reduce-scatter's pipeline (exact) */
+  FmOwnerSum *osum;       /* the per-bucket exchange (exact, mpi, P > 1), made by the first fm_reduce_bucket */
+  int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
   float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode, all-gather) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */
   double *norm_mine;      /* (norm_nb) this rank's block sums of squares */
@@ -137,6 +139,20 @@ void fm_reduce_use_device(FmReduce *g, const FmBackend *be);
 static inline bool fm_reduce_on_device(const FmReduce *g) { return g->exact && g->dev && !g->locate; }
 /* Add one micro-batch gradient (n floats, device memory of the backend). */
 void fm_reduce_add_device(FmReduce *g, const float *dgrad);
+/* Exact mode, host path: the step's last micro-batch given range by range
+ * while the backward pass still runs, instead of fm_reduce_add: [lo, hi) of
+ * `grad` (the whole host gradient vector; those elements final) is quantised
+ * into the accumulator exactly as fm_reduce_add would (same integers, same
+ * maxima and flags: every value is decided by its own block's scale, which
+ * comes from amax_prev as before) and its exchange to the shard owners is
+ * started at once, progressed by each later call; fm_reduce_finish then waits
+ * for the rest. The ranges of one step must be disjoint, cover [0, n), and
+ * come in the same order on every rank (the model's backward order). The
+ * bits are those of fm_reduce_add + fm_reduce_finish: integer sums are exact
+ * in any order, and the overflow / NaN decisions are still taken over all
+ * ranks in fm_reduce_finish (an exchange started before a redo is drained
+ * and dropped). */
+void fm_reduce_bucket(FmReduce *g, const float *grad, int64_t lo, int64_t hi);
 /* Finish: reduce over ranks and write this rank's shard of the summed
  * gradient (hi - lo floats) to shard_out. Fast mode reads the model's
  * accumulated fp32 gradient from `grad`. Returns 1 when the step must be

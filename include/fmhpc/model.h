@@ -166,6 +166,15 @@ void fm_model_init_range(float *out, const FmTensorTable *tab, int64_t L, int64_
  * gradient arena; the caller zeroes it (fm_model_zero_grad) once per step. */
 double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward);
 void fm_model_zero_grad(FmModel *m);
+/* Called by fm_model_forward_backward's backward with each range [lo, hi) of
+ * the gradient arena that this micro-batch's backward has finished (its
+ * values final), in backward order: block l's slice of every stacked tensor
+ * (FM_TF_LAYER) once block l's backward is done, from the last block to the
+ * first, then every other tensor at the end. The ranges of one backward are
+ * disjoint and cover the arena; the order depends only on the model. The
+ * exact reduction starts each range's exchange from here (train.c). NULL: off. */
+typedef void (*FmGradReady)(void *ctx, int64_t lo, int64_t hi);
+void fm_model_set_grad_ready(FmModel *m, FmGradReady fn, void *ctx);
 /* Deck precision c=bf16: the backend rounds GEMM operands to bf16
  * (set_compute_bf16) and the model rounds the activations a bf16 GPU run
  * keeps in bf16 (matmul, attention, RoPE, GELU and SwiGLU outputs); the

@@ -92,6 +92,27 @@ FmRing *fm_comm_ring_create(FmComm *c, int64_t n);
 int fm_comm_ring_reduce_scatter_i64(FmRing *ring, const int64_t *send, int64_t *recv);
 void fm_comm_ring_free(FmRing *ring);
 
+/* The exact reduction's per-bucket exchange: int64 pieces summed onto the
+ * rank that owns them, started as soon as a piece is final and progressed
+ * without blocking, so it overlaps the rest of the backward pass. Every rank
+ * declares the same pieces in the same order (fm_comm_osum_piece); a rank
+ * that does not own a piece sends its `count` elements to the owner, the
+ * owner adds every other rank's into its own (buf holds its part: wrapping
+ * int64, exact in any order, so the bits equal a reduce-scatter's). Pieces
+ * are cut into chunks; the owner receives through a fixed pool of staging
+ * slots (no allocation per step once the first step has sized the queues).
+ * Only "mpi" communicators of more than one rank have one (else NULL: the
+ * caller keeps its blocking path). */
+typedef struct FmOwnerSum FmOwnerSum;
+FmOwnerSum *fm_comm_osum_create(FmComm *c);
+/* buf (count int64) must stay untouched until fm_comm_osum_wait returns. */
+int fm_comm_osum_piece(FmOwnerSum *x, int owner, int64_t *buf, int64_t count);
+/* Drive the transfers already started and add what has arrived; never blocks. */
+int fm_comm_osum_progress(FmOwnerSum *x);
+/* Every declared piece summed on its owner and every send complete. */
+int fm_comm_osum_wait(FmOwnerSum *x);
+void fm_comm_osum_free(FmOwnerSum *x);
+
 /* Deterministic sum of n floats (host buffers) over the communicator's
  * ranks, in place (ordered.c): every rank gets ((x_0 + x_1) + x_2) + ...
  * added in rank order by this code after an all-gather, never by the
@@ -182,6 +203,9 @@ int64_t fm__comm_mpi_set_max_count(int64_t max_count);
  * bench/reduce's side-by-side; < 0: the default); returns the old value.
  * Tests set it small to run many chunks through the pipeline. */
 int64_t fm__comm_mpi_set_ring_chunk(int64_t chunk);
+/* Elements per chunk of fm_comm_osum pieces created afterwards (default
+ * 256Ki; < 1: the default); returns the old value. Tests set it small. */
+int64_t fm__comm_mpi_set_osum_chunk(int64_t chunk);
 /* MPI collective calls issued by comm_mpi.c since start (to see the split). */
 int64_t fm__comm_mpi_calls(void);
 /* Pretend nodes hold `ranks_per_node` consecutive world ranks (0: the real

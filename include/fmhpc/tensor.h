@@ -21,6 +21,7 @@ enum {
   FM_TF_RESIDUAL = 1u << 4, /* output projection into the residual stream: scaled init */
   FM_TF_ONES = 1u << 5,     /* initialised to 1 (norm gains) */
   FM_TF_ZEROS = 1u << 6,    /* initialised to 0 (biases) */
+  FM_TF_LAYER = 1u << 7,    /* stacked over the blocks: shape (L, ...), block l's slice l */
 };
 
 /* Tensor-parallel split of a parameter (Megatron): none, by output rows

@@ -109,6 +109,7 @@ void fm_reduce_free(FmReduce *g) {
   free(g->acc);
   free(g->acc_shard);
   fm_comm_ring_free(g->ring);
+  fm_comm_osum_free(g->osum);
   free(g->sendf);
   free(g->shardf);
   free(g->norm_mine);
@@ -147,6 +148,7 @@ void fm_reduce_begin(FmReduce *g) {
   g->overflow = 0;
   g->nonfinite = 0;
   g->first_bad = INT64_MAX;
+  g->bucketed = 0;
 }
 
 /* Quantise and add elements [i0, i1) of one block (same scale) into dst,
@@ -212,6 +214,61 @@ void fm_reduce_add(FmReduce *g, const float *grad) {
     g->nonfinite = 1;
     if (first < g->first_bad) g->first_bad = first;
   }
+}
+
+/* The rank whose shard holds element i. */
+static int owner_of(const FmReduce *g, int64_t i) {
+  int r = 0;
+  while (r + 1 < g->P && i >= g->hi[r]) r++;
+  return r;
+}
+
+void fm_reduce_bucket(FmReduce *g, const float *grad, int64_t lo, int64_t hi) {
+  if (!g->exact || fm_reduce_on_device(g) || lo < 0 || hi > g->n || lo > hi)
+    fm_abort_one(1, "fm_reduce_bucket: [%lld, %lld) of %lld, %s (a programming error)", (long long)lo, (long long)hi,
+                 (long long)g->n, g->exact ? "on the device path" : "fast mode");
+  if (lo == hi) return;
+  /* The blocks the range touches, each cut to the range: add_block on a part
+   * of a block gives the part's integers, maxima and flags (a max and an OR
+   * do not depend on how the block is cut). */
+  int32_t overflow = 0;
+  int64_t first = INT64_MAX;
+  const int64_t b0 = lo / FM_DIST_BLOCK, b1 = (hi - 1) / FM_DIST_BLOCK + 1;
+#pragma omp parallel for schedule(static) reduction(| : overflow) reduction(min : first) if (b1 - b0 > 1)
+  for (int64_t b = b0; b < b1; b++) {
+    const int64_t i0 = b * FM_DIST_BLOCK > lo ? b * FM_DIST_BLOCK : lo;
+    const int64_t i1 = (b + 1) * FM_DIST_BLOCK < hi ? (b + 1) * FM_DIST_BLOCK : hi;
+    const int r = owner_of(g, i0);
+    int32_t of = 0;
+    int64_t bad = -1;
+    float a =
+        add_block(g->acc + (int64_t)r * g->S + (i0 - g->lo[r]), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
+    if (a > g->amax[b]) g->amax[b] = a;
+    overflow |= of;
+    if (bad >= 0 && i0 + bad < first) first = i0 + bad;
+  }
+  g->overflow |= overflow;
+  if (first != INT64_MAX) {
+    g->nonfinite = 1;
+    if (first < g->first_bad) g->first_bad = first;
+  }
+  g->bucketed += hi - lo;
+  if (!g->osum && g->P > 1) g->osum = fm_comm_osum_create(g->comm); /* its staging: only once buckets are used */
+  if (!g->osum) return;                                             /* one rank: the accumulator is the shard */
+  for (int r = owner_of(g, lo); r < g->P && g->lo[r] < hi; r++) {
+    const int64_t a = lo > g->lo[r] ? lo : g->lo[r], e = hi < g->hi[r] ? hi : g->hi[r];
+    if (a < e) FM_CHECK(fm_comm_osum_piece(g->osum, r, g->acc + (int64_t)r * g->S + (a - g->lo[r]), e - a));
+  }
+  FM_CHECK(fm_comm_osum_progress(g->osum));
+}
+
+/* After fm_reduce_bucket: every range given (the caller's contract), and the
+ * exchange done (its result is used, or dropped before a redo or a skip). */
+static void drain_buckets(FmReduce *g) {
+  if (g->bucketed && g->bucketed != g->n)
+    fm_abort_one(1, "fm_reduce_finish: %lld of %lld gradient elements given by fm_reduce_bucket (a programming error)",
+                 (long long)g->bucketed, (long long)g->n);
+  if (g->bucketed && g->osum) FM_CHECK(fm_comm_osum_wait(g->osum));
 }
 
 void fm_reduce_add_device(FmReduce *g, const float *dgrad) {
@@ -291,6 +348,7 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     g->nonfinite = flags[1];
   }
   FM_CHECK(fm_comm_allreduce(g->comm, flags, all, 2, FM_DT_I32, FM_OP_MAX));
+  drain_buckets(g);
   if (all[1] && on_dev) { /* every rank computes the step again on the host path, which names the element */
     g->locate = true;
     return 1;
@@ -308,12 +366,17 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     g->redone++;
     return 1;
   }
-  if (on_dev) g->dev->copy_to_host(g->acc, g->d_acc, g->P * g->S * (int64_t)sizeof *g->acc);
-  FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
+  const int64_t *sum = g->acc_shard;
+  if (g->bucketed && g->osum) { /* summed into this rank's slot already */
+    sum = g->acc + (int64_t)g->r * g->S;
+  } else {
+    if (on_dev) g->dev->copy_to_host(g->acc, g->d_acc, g->P * g->S * (int64_t)sizeof *g->acc);
+    FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
+  }
   for (int64_t i0 = 0; i0 < len; i0 += FM_DIST_BLOCK) { /* shards start on block boundaries */
     const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_DIST_BLOCK]);
     const int64_t i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
-    for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)g->acc_shard[i] * inv);
+    for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)sum[i] * inv);
   }
   if (g->nccl && g->d_shard != g->d_own) /* the caller reads the device shard */
     g->dev->copy_to_device(g->d_shard, shard_out, len * (int64_t)sizeof *shard_out);

@@ -231,6 +231,7 @@ static void gpt2_backward(FmModel *m) {
   for (int64_t l = L - 1; l >= 0; l--) {
     if (m->recompute) gpt2_block_fwd(m, l); /* refill the one shared block buffer from the kept input */
     gpt2_block_bwd(m, l);
+    fm__grads_ready_block(m, l);
   }
   if (fm__tp_on(m))
     fm__tp_embedding_bwd(m, fm__par(m, m->grad, WTE, -1), fm__par(m, m->grad, WPE, -1), dres);

@@ -127,7 +127,7 @@ void fm__model_add_param(FmTensorTable *tab, const char *name, uint32_t flags, F
   if (per_layer) shape[nd++] = L;
   shape[nd++] = d0;
   if (d1) shape[nd++] = d1;
-  fm_table_add(tab, name, FM_DT_F32, flags, tp, nd, shape);
+  fm_table_add(tab, name, FM_DT_F32, flags | (per_layer ? FM_TF_LAYER : 0u), tp, nd, shape);
 }
 
 void fm_model_param_table(FmTensorTable *tab, const FmModelKind *kind, const FmModelDims *d) {

@@ -59,6 +59,8 @@ struct FmModel {
   FmTensorTable cparams; /* canonical parameter table (tp > 1; else a copy of params' layout) */
   float *tp_scratch;     /* host: fm_comm_sum_ordered's scratch for N*C floats (tp > 1) */
   float *vx_scratch;     /* host: the vocab-parallel cross-entropy's scratch (tp > 1) */
+  FmGradReady grad_ready; /* fm_model_set_grad_ready's hook, or NULL */
+  void *grad_ready_ctx;
 };
 
 /* ---- tensor parallelism inside the models (model_run.c); each is the plain
@@ -77,6 +79,10 @@ void fm__tp_row_fwd(const FmModel *m, float *out, const float *in, const float *
  * when not NULL. */
 void fm__tp_embedding_fwd(const FmModel *m, float *out, const float *wte, const float *wpe);
 void fm__tp_embedding_bwd(const FmModel *m, float *dwte, float *dwpe, const float *dout);
+
+/* Block l's backward is done: its slices of the stacked tensors to the
+ * grad_ready hook (model kinds call it after each block's backward). */
+void fm__grads_ready_block(FmModel *m, int64_t l);
 
 /* One activation tensor of the table; kind picks its copies (see above). */
 void fm__model_add_act(FmTensorTable *tab, const char *name, FmActKind kind, const FmModelDims *d, bool recompute,

@@ -237,7 +237,27 @@ double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float
           : be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out, m->targets,
                              m->weight, N, C, m->d.V, m->xent_scratch);
   if (backward) m->kind->backward(m);
+  if (backward && m->grad_ready) /* the tensors outside the blocks */
+    for (int i = 0; i < m->params.n; i++) {
+      const FmTensor *t = &m->params.t[i];
+      if (!(t->flags & FM_TF_LAYER)) m->grad_ready(m->grad_ready_ctx, t->offset, t->offset + t->numel);
+    }
   return loss;
+}
+
+void fm_model_set_grad_ready(FmModel *m, FmGradReady fn, void *ctx) {
+  m->grad_ready = fn;
+  m->grad_ready_ctx = ctx;
+}
+
+void fm__grads_ready_block(FmModel *m, int64_t l) {
+  if (!m->grad_ready) return;
+  for (int i = 0; i < m->params.n; i++) {
+    const FmTensor *t = &m->params.t[i];
+    if (!(t->flags & FM_TF_LAYER)) continue;
+    const int64_t per = t->numel / t->shape[0];
+    m->grad_ready(m->grad_ready_ctx, t->offset + l * per, t->offset + (l + 1) * per);
+  }
 }
 
 void fm_model_logits(FmModel *m, const FmModelInput *in, const int64_t *rows, int64_t n_rows, float *logits_out) {

@@ -372,3 +372,145 @@ int fm_comm_ring_reduce_scatter_i64(FmRing *g, const int64_t *send, int64_t *rec
   if (e != MPI_SUCCESS) rc = report_mpi(what, __FILE__, __LINE__, e);
   return rc;
 }
+
+/* ---- sums onto owners, started piece by piece (runtime.h) ---------------- */
+
+enum { OSUM_SLOTS = 16, OSUM_TAGS = 32000 }; /* chunks received at once; tags 1..OSUM_TAGS (the ring has 0) */
+static int64_t osum_chunk_default = 1 << 18; /* 2 MiB of int64 */
+
+int64_t fm__comm_mpi_set_osum_chunk(int64_t chunk) {
+  int64_t old = osum_chunk_default;
+  osum_chunk_default = chunk >= 1 ? chunk : (int64_t)1 << 18;
+  return old;
+}
+
+typedef struct OsumChunk {
+  int64_t *dst; /* the owner's part: every other rank's chunk is added here */
+  int64_t count;
+  int tag;
+} OsumChunk;
+
+struct FmOwnerSum {
+  FmComm *c;
+  int64_t k;         /* elements per chunk */
+  int64_t *stage;    /* OSUM_SLOTS * (size - 1) * k: one chunk from each other rank per slot */
+  MPI_Request *rreq; /* OSUM_SLOTS * (size - 1) */
+  OsumChunk *rq;     /* the chunks this rank owns, in declaration order */
+  int64_t nrq, rq_cap;
+  int64_t posted, done; /* rq[done, posted) have receives in slot (index % OSUM_SLOTS) */
+  MPI_Request *sreq;    /* the sends of chunks other ranks own */
+  int64_t nsreq, sreq_cap, sdone;
+  int64_t seq; /* chunks declared since the last wait: the tag */
+};
+
+FmOwnerSum *fm_comm_osum_create(FmComm *c) {
+  if (strcmp(c->kind, "mpi") != 0 || c->size < 2) return NULL;
+  FmOwnerSum *x = fm_xcalloc(1, sizeof *x);
+  x->c = c;
+  x->k = min64(osum_chunk_default, max_count);
+  x->stage = fm_xmalloc((size_t)OSUM_SLOTS * (size_t)(c->size - 1) * (size_t)x->k * sizeof *x->stage);
+  x->rreq = fm_xmalloc((size_t)OSUM_SLOTS * (size_t)(c->size - 1) * sizeof(MPI_Request));
+  return x;
+}
+
+void fm_comm_osum_free(FmOwnerSum *x) {
+  if (!x) return;
+  free(x->stage);
+  free(x->rreq);
+  free(x->rq);
+  free(x->sreq);
+  free(x);
+}
+
+/* Receives for the owned chunks that have a free slot, in order. */
+static int osum_post(FmOwnerSum *x) {
+  const int P = x->c->size, me = x->c->rank;
+  while (x->posted < x->nrq && x->posted - x->done < OSUM_SLOTS) {
+    const OsumChunk *q = &x->rq[x->posted];
+    const int64_t slot = x->posted % OSUM_SLOTS;
+    for (int p = 0, j = 0; p < P; p++) {
+      if (p == me) continue;
+      const int64_t at = slot * (P - 1) + j++;
+      ncalls++;
+      int e = MPI_Irecv(x->stage + at * x->k, (int)q->count, MPI_INT64_T, p, q->tag, x->c->mpi, &x->rreq[at]);
+      if (e != MPI_SUCCESS) return report_mpi("MPI_Irecv (owner sum)", __FILE__, __LINE__, e);
+    }
+    x->posted++;
+  }
+  return 0;
+}
+
+/* The oldest posted chunk has arrived from every rank: add it. */
+static void osum_add(FmOwnerSum *x) {
+  const int P = x->c->size;
+  const OsumChunk *q = &x->rq[x->done];
+  const int64_t slot = x->done % OSUM_SLOTS;
+  for (int j = 0; j < P - 1; j++) {
+    const int64_t *in = x->stage + (slot * (P - 1) + j) * x->k;
+    int64_t *dst = q->dst;
+    for (int64_t i = 0; i < q->count; i++) dst[i] = (int64_t)((uint64_t)dst[i] + (uint64_t)in[i]);
+  }
+  x->done++;
+}
+
+int fm_comm_osum_piece(FmOwnerSum *x, int owner, int64_t *buf, int64_t count) {
+  for (int64_t off = 0; off < count; off += x->k) {
+    const int64_t len = min64(x->k, count - off);
+    const int tag = (int)(x->seq++ % OSUM_TAGS) + 1;
+    if (owner == x->c->rank) {
+      if (x->nrq == x->rq_cap) { /* grows in the first steps only: the pieces are the same every step */
+        x->rq_cap = x->rq_cap ? 2 * x->rq_cap : 256;
+        x->rq = fm_xrealloc(x->rq, (size_t)x->rq_cap * sizeof *x->rq);
+      }
+      x->rq[x->nrq++] = (OsumChunk){buf + off, len, tag};
+    } else {
+      if (x->nsreq == x->sreq_cap) {
+        x->sreq_cap = x->sreq_cap ? 2 * x->sreq_cap : 256;
+        x->sreq = fm_xrealloc(x->sreq, (size_t)x->sreq_cap * sizeof(MPI_Request));
+      }
+      ncalls++;
+      int e = MPI_Isend(buf + off, (int)len, MPI_INT64_T, owner, tag, x->c->mpi, &x->sreq[x->nsreq]);
+      if (e != MPI_SUCCESS) return report_mpi("MPI_Isend (owner sum)", __FILE__, __LINE__, e);
+      x->nsreq++;
+    }
+  }
+  return osum_post(x);
+}
+
+int fm_comm_osum_progress(FmOwnerSum *x) {
+  const int P = x->c->size;
+  int flag = 1, e;
+  while (x->done < x->posted) {
+    e = MPI_Testall(P - 1, x->rreq + (x->done % OSUM_SLOTS) * (P - 1), &flag, MPI_STATUSES_IGNORE);
+    if (e != MPI_SUCCESS) return report_mpi("MPI_Testall (owner sum)", __FILE__, __LINE__, e);
+    if (!flag) break;
+    osum_add(x);
+    int rc = osum_post(x);
+    if (rc) return rc;
+  }
+  while (x->sdone < x->nsreq) {
+    e = MPI_Test(&x->sreq[x->sdone], &flag, MPI_STATUS_IGNORE);
+    if (e != MPI_SUCCESS) return report_mpi("MPI_Test (owner sum)", __FILE__, __LINE__, e);
+    if (!flag) break;
+    x->sdone++;
+  }
+  return 0;
+}
+
+int fm_comm_osum_wait(FmOwnerSum *x) {
+  const int P = x->c->size;
+  int rc = osum_post(x), e;
+  while (!rc && x->done < x->nrq) {
+    e = MPI_Waitall(P - 1, x->rreq + (x->done % OSUM_SLOTS) * (P - 1), MPI_STATUSES_IGNORE);
+    if (e != MPI_SUCCESS) return report_mpi("MPI_Waitall (owner sum)", __FILE__, __LINE__, e);
+    osum_add(x);
+    rc = osum_post(x);
+  }
+  if (rc) return rc;
+  e = MPI_Waitall((int)(x->nsreq - x->sdone), x->sreq + x->sdone, MPI_STATUSES_IGNORE);
+  if (e != MPI_SUCCESS) return report_mpi("MPI_Waitall (owner sum sends)", __FILE__, __LINE__, e);
+  x->nrq = x->posted = x->done = 0;
+  x->nsreq = x->sdone = 0;
+  x->seq = 0;
+  return 0;
+}

@@ -66,6 +66,7 @@ typedef struct Run {
   int64_t bad_run;    /* consecutive steps with a non-finite loss or gradient */
   int64_t nan_at[3];  /* FMHPC_TEST_NAN_AT: first step (1-based), last step, rank; nan_at[0] = 0: off */
   int64_t nan_offset; /* ... and the element it poisons */
+  bool buckets;       /* exact mode on the CPU path: the last micro-batch's exchange starts during its backward */
   char ckpt_dir[4096];
   char run_id[FM_CKPT_RUN_ID_LEN]; /* made at a fresh start, carried by checkpoints */
   char *deck_text;                 /* the resolved deck, stored in checkpoints */
@@ -134,25 +135,37 @@ static int tp_any(const Run *r, int flag) {
   return any;
 }
 
+/* The model's backward finished [lo, hi) of the last micro-batch's gradient:
+ * quantised and its exchange started while the backward goes on (reduce.c). */
+static void bucket_ready(void *ctx, int64_t lo, int64_t hi) {
+  Run *r = ctx;
+  fm_reduce_bucket(&r->red, r->gh, lo, hi);
+}
+
 /* Forward + backward of every micro-batch, reduced onto this rank's shard
  * (computed again with wider scales if the exact reduction overflowed).
  * Returns the step's loss summed in micro-batch order (any rank count). */
 static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bool *nonfinite) {
   float *grad = r->gh;
+  /* Buckets, unless the test hook poisons a gradient after its backward (every rank decides alike). */
+  const bool buckets = r->buckets && !(r->nan_at[0] && t >= r->nan_at[0] && t <= r->nan_at[1]);
   do {
     fm_reduce_begin(&r->red);
     fm_model_zero_grad(r->model);
     for (int64_t i = 0; i < r->count; i++) {
       if (r->red.exact && i > 0) fm_model_zero_grad(r->model);
       FmModelInput in = model_input(&r->mb[i], targets ? targets[i] : NULL);
+      const bool bucket = buckets && i == r->count - 1;
+      if (bucket) fm_model_set_grad_ready(r->model, bucket_ready, r);
       r->mloss[i] = fm_model_forward_backward(r->model, &in, r->weights + i * r->b * r->T, true);
+      fm_model_set_grad_ready(r->model, NULL, NULL);
       if (i == 0 && r->nan_at[0] && t >= r->nan_at[0] && t <= r->nan_at[1] && r->dp->rank == r->nan_at[2]) {
         const float nan = NAN; /* the test hook: one rank's gradient poisoned */
         r->be->copy_to_device(fm_model_grad_arena(r->model) + r->nan_offset, &nan, sizeof nan);
       }
       if (fm_reduce_on_device(&r->red)) {
         fm_reduce_add_device(&r->red, fm_model_grad_arena(r->model));
-      } else if (r->red.exact) {
+      } else if (r->red.exact && !bucket) {
         grad_to_host(r);
         fm_reduce_add(&r->red, grad);
       }
@@ -455,6 +468,14 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   const FmTensorTable *pt = fm_model_params(r->model);
   fm_reduce_create(&r->red, pt->numel, r->M, c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT, dp);
   if (!r->be->host_accessible) fm_reduce_use_device(&r->red, r->be); /* exact: quantised on the device */
+  { /* per-layer buckets: exact, the gradient in host memory, tp = 1; FMHPC_REDUCE_BUCKETS=0 turns them off (bench) */
+    const char *env = getenv("FMHPC_REDUCE_BUCKETS");
+    int32_t on = r->red.exact && r->be->host_accessible && tp->size == 1 && !(env && strcmp(env, "0") == 0), all = 0;
+    FM_CHECK(fm_comm_allreduce(dp, &on, &all, 1, FM_DT_I32, FM_OP_MIN));
+    r->buckets = all != 0;
+    if (r->buckets && dp->size > 1)
+      fm_log0("reduce: exact, per-layer buckets (each layer's gradient exchange starts during the last backward)");
+  }
   const bool replicated = c->parallel.zero == 0;
   if (replicated) r->gfull = fm_xcalloc((size_t)pt->numel, sizeof *r->gfull);
   if ((rc = fm_optim_create_from_deck(&r->opt, deck, pt, replicated ? 0 : fm_reduce_lo(&r->red),

@@ -168,3 +168,96 @@ FM_TEST(norm_and_allgather_match_serial) {
   free(shard);
   fm_reduce_free(&red);
 }
+
+/* ---- per-layer buckets (fm_reduce_bucket) ---------------------------------- */
+
+/* Ranges as a model's backward gives them: from the end of the vector to its
+ * start, cut inside scale blocks and across shard boundaries, one empty. */
+static const int64_t cuts[] = {0,          1,      777,    65531,  65536,  65536 + 100, 70000,
+                               131072 - 3, 131072, 150000, 150000, 196608, 197000,      NPARAM};
+enum { NCUTS = sizeof cuts / sizeof cuts[0] };
+
+/* One step; the last micro-batch of each rank through fm_reduce_bucket when
+ * `bucketed`. Micro-batch big_mb carries `big` at element 5 (an overflow:
+ * redo), micro-batch nan_mb a NaN at element nan_i. Returns nonfinite. */
+static bool bucket_step(FmReduce *red, float *grad, float *shard, bool bucketed, int64_t big_mb, float big,
+                        int64_t nan_mb, int64_t nan_i) {
+  FmComm *c = world();
+  const int64_t per = M / c->size;
+  bool nonfinite;
+  do {
+    fm_reduce_begin(red);
+    for (int64_t j = 0; j < per; j++) {
+      const int64_t m = c->rank * per + j;
+      fill(grad, m);
+      if (m == big_mb) grad[5] = big;
+      if (m == nan_mb) grad[nan_i] = NAN;
+      if (bucketed && j == per - 1)
+        for (int k = NCUTS - 1; k > 0; k--) fm_reduce_bucket(red, grad, cuts[k - 1], cuts[k]);
+      else
+        fm_reduce_add(red, grad);
+    }
+  } while (fm_reduce_finish(red, grad, shard, &nonfinite));
+  return nonfinite;
+}
+
+/* The bucketed reduction gives the unbucketed one's bits at every step: a
+ * plain step (also against the exact sum in double), an overflow and its
+ * redo, and a step with a NaN (skipped, the same first element named, the
+ * scales kept), with chunks small enough that the staging slots are reused. */
+FM_TEST(buckets_match_unbucketed_bitwise) {
+  const int64_t old = fm__comm_mpi_set_osum_chunk(1000); /* the exchange is made by the first bucket */
+  FmReduce a, b;
+  FM_REQUIRE(fm_reduce_create(&a, NPARAM, M, true, world()) == 0);
+  FM_REQUIRE(fm_reduce_create(&b, NPARAM, M, true, world()) == 0);
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *sa = fm_xcalloc((size_t)a.S, sizeof *sa),
+        *sb = fm_xcalloc((size_t)b.S, sizeof *sb);
+  const int64_t lo = fm_reduce_lo(&a), len = fm_reduce_hi(&a) - lo;
+  struct {
+    int64_t big_mb;
+    float big;
+    int64_t nan_mb, nan_i;
+    bool nonfinite;
+    int64_t redone;
+  } steps[] = {{-1, 0, -1, 0, false, 0},
+               {M - 1, 1048576.0f * 1024.0f, -1, 0, false, 1}, /* a bucketed micro-batch overflows */
+               {3, 1e15f, -1, 0, false, 2},                    /* one added whole overflows */
+               {-1, 0, M - 1, 70001, true, 2},                 /* NaN in a bucketed micro-batch */
+               {M - 1, 1e30f, 2, 131070, true, 2},             /* NaN in a whole one, overflow in a bucketed one */
+               {-1, 0, -1, 0, false, 2}};
+  for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+    memset(sa, 0xAB, (size_t)a.S * sizeof *sa);
+    memset(sb, 0xAB, (size_t)b.S * sizeof *sb);
+    bool na = bucket_step(&a, grad, sa, false, steps[s].big_mb, steps[s].big, steps[s].nan_mb, steps[s].nan_i);
+    bool nb = bucket_step(&b, grad, sb, true, steps[s].big_mb, steps[s].big, steps[s].nan_mb, steps[s].nan_i);
+    FM_EXPECT(na == steps[s].nonfinite);
+    FM_EXPECT(nb == na);
+    FM_EXPECT_EQ_INT(a.redone, steps[s].redone);
+    FM_EXPECT_EQ_INT(b.redone, a.redone);
+    if (na) {
+      FM_EXPECT_EQ_INT(a.first_bad, steps[s].nan_i);
+      FM_EXPECT_EQ_INT(b.first_bad, a.first_bad);
+    } else {
+      FM_EXPECT(memcmp(sa, sb, (size_t)len * sizeof *sa) == 0);
+    }
+    FM_EXPECT(memcmp(a.amax_prev, b.amax_prev, (size_t)a.nblocks * sizeof *a.amax_prev) == 0);
+    FM_EXPECT(memcmp(a.exp2, b.exp2, (size_t)a.nblocks * sizeof *a.exp2) == 0);
+    FM_EXPECT(!a.osum && (b.osum != NULL) == (world()->size > 1)); /* the exchange ran per bucket */
+    if (s == 0) {                                                  /* and both are the exact sum, rounded once */
+      int64_t bad = 0;
+      for (int64_t i = lo; i < lo + len; i++) {
+        double sum = 0;
+        for (int64_t m = 0; m < M; m++) sum += (double)grad_value(m, i);
+        float want = (float)sum;
+        bad += memcmp(&want, &sb[i - lo], 4) != 0;
+      }
+      FM_EXPECT_EQ_INT(bad, 0);
+    }
+  }
+  fm__comm_mpi_set_osum_chunk(old);
+  free(grad);
+  free(sa);
+  free(sb);
+  fm_reduce_free(&a);
+  fm_reduce_free(&b);
+}

@@ -108,6 +108,78 @@ FM_TEST(gradcheck_gpt2_untied) { gradcheck("gpt2", false); }
 FM_TEST(gradcheck_llama) { gradcheck("llama", false); }
 FM_TEST(gradcheck_llama_tied) { gradcheck("llama", true); }
 
+/* ---- the grad_ready hook (the exact reduction's per-layer buckets) ------------ */
+
+typedef struct {
+  const FmModel *m;
+  float *seen;   /* each range's gradient as it was when reported */
+  int64_t *hits; /* times each element was reported */
+  int64_t calls;
+  int64_t prev_l; /* the block of the last block slice reported */
+  bool outside;   /* a tensor outside the blocks was reported */
+  int64_t out_of_order;
+} ReadyLog;
+
+static void log_ready(void *ctx, int64_t lo, int64_t hi) {
+  ReadyLog *g = ctx;
+  const float *grad = fm_model_grad_arena((FmModel *)g->m);
+  memcpy(g->seen + lo, grad + lo, (size_t)(hi - lo) * sizeof(float));
+  for (int64_t i = lo; i < hi; i++) g->hits[i]++;
+  g->calls++;
+  const FmTensorTable *tab = fm_model_params(g->m);
+  for (int i = 0; i < tab->n; i++) {
+    const FmTensor *t = &tab->t[i];
+    if (lo < t->offset || lo >= t->offset + t->numel) continue;
+    if (t->flags & FM_TF_LAYER) {
+      const int64_t l = (lo - t->offset) / (t->numel / t->shape[0]);
+      g->out_of_order += g->outside || l > g->prev_l;
+      g->prev_l = l;
+    } else {
+      g->outside = true;
+    }
+  }
+}
+
+/* Every element reported exactly once per backward, with its final value (the
+ * gradient at report time equals the gradient after the backward pass, on
+ * the second micro-batch too, where it accumulates), block slices from the
+ * last block to the first: what fm_reduce_bucket relies on. */
+static void grad_ready_final(const char *arch, bool tied) {
+  FmModel *m = tiny_model(arch, tied, false);
+  FM_REQUIRE(m);
+  TinyBatch b;
+  tiny_batch(&b, fm_model_get_dims(m)->V, 7);
+  const FmTensorTable *tab = fm_model_params(m);
+  const int64_t n = tab->numel, L = fm_model_get_dims(m)->L;
+  ReadyLog g = {m, fm_xcalloc((size_t)n, sizeof(float)), fm_xcalloc((size_t)n, sizeof(int64_t)), 0, L, false, 0};
+  fm_model_zero_grad(m);
+  for (int rep = 0; rep < 2; rep++) {
+    memset(g.hits, 0, (size_t)n * sizeof *g.hits);
+    g.calls = 0, g.prev_l = L, g.outside = false, g.out_of_order = 0;
+    fm_model_set_grad_ready(m, log_ready, &g);
+    fm_model_forward_backward(m, &b.in, b.weight, true);
+    fm_model_set_grad_ready(m, NULL, NULL);
+    int64_t once = 0, layered = 0;
+    for (int64_t i = 0; i < n; i++) once += g.hits[i] == 1;
+    FM_EXPECT_EQ_INT(once, n);
+    FM_EXPECT(memcmp(g.seen, grads(m), (size_t)n * sizeof(float)) == 0);
+    for (int i = 0; i < tab->n; i++) layered += (tab->t[i].flags & FM_TF_LAYER) != 0;
+    FM_EXPECT(layered > 0);
+    FM_EXPECT_EQ_INT(g.out_of_order, 0); /* blocks from the last to the first, the other tensors after them */
+    FM_EXPECT_EQ_INT(g.calls, layered * L + (tab->n - layered)); /* one range per block slice, one per other tensor */
+  }
+  /* and nothing is reported once the hook is off */
+  g.calls = 0;
+  fm_model_forward_backward(m, &b.in, b.weight, true);
+  FM_EXPECT_EQ_INT(g.calls, 0);
+  free(g.seen);
+  free(g.hits);
+  fm_model_free(m);
+}
+
+FM_TEST(grad_ready_final_gpt2) { grad_ready_final("gpt2", true); }
+FM_TEST(grad_ready_final_llama) { grad_ready_final("llama", false); }
+
 /* ---- bitwise promises --------------------------------------------------------- */
 
 /* Recompute only changes when activations are made: same bits. */

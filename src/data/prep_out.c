@@ -46,7 +46,8 @@ static int pread_all(int fd, void *buf, size_t n, int64_t off) {
   while (n > 0) {
     ssize_t k = pread(fd, b, n, (off_t)off);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return FM_EIO;
+    if (k == 0) return FM_EFORMAT; /* the file ends first: errno says nothing */
+    if (k < 0) return FM_EIO;
     b += k;
     n -= (size_t)k;
     off += k;
@@ -228,7 +229,11 @@ static int read_window_rows(Prep *p, int64_t w, const WinInfo *wi, int s, int64_
   }
   if (rc)
     fm_err("%s: cannot read rows %lld..%lld (%s)\nhint: delete %s and run again", path, (long long)r0,
-           (long long)r0 + (long long)n, rc == FM_EDATA ? "the segment table is damaged" : strerror(errno), p->work);
+           (long long)r0 + (long long)n,
+           rc == FM_EDATA     ? "the segment table is damaged"
+           : rc == FM_EFORMAT ? "the file ends before them"
+                              : strerror(errno),
+           p->work);
   if (fd >= 0) close(fd);
   free(path);
   return rc;

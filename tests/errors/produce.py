@@ -354,10 +354,10 @@ DATA = [
 MODEL = ("&model arch='llama' d_model=16 n_layer=1 n_head=2 n_kv_head=1 d_ff=32 vocab_size=269 seq_len=16 /\n")
 
 
-def run_ok(argv, what):
+def run_ok(argv, what, status=0):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     r = subprocess.run([FMHPC] + argv, capture_output=True, text=True, timeout=300, env=env, cwd=tmp)
-    if r.returncode != 0:
+    if r.returncode != status:
         sys.exit(f"FAIL: making the fixture ({what}) failed with status {r.returncode}:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
 
 
@@ -595,7 +595,40 @@ def store_cases():
                              f"output='{tmp}/store2' seq_len=16 min_chars=1 valid_fraction=0.3 /\n")], "prep with tok2")
     run_ok([deck("prep_bfd.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' "
                                 f"output='{tmp}/store_empty' seq_len=16 min_chars=1 packing='bfd' /\n")], "prep bfd")
+    # prep stopped after its first window (as if killed), its window file then damaged, or rerun with another deck
+    def stopped(name, edit=None):
+        out = os.path.join(tmp, name)
+        d = deck(name + ".in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{out}' "
+                               "seq_len=16 min_chars=1 window_docs=8 /\n")
+        run_ok([d, "prep%stop_after_windows=1"], "prep stopped after a window", 1)  # stops as if killed
+        win = os.path.join(out, ".prep_work", "win_000000000.bin")
+        if edit:
+            os.truncate(win, edit)
+        return d, win
+    other, _ = stopped("w_other")
+    cut, cut_win = stopped("w_cut", 1500)
+    head, head_win = stopped("w_head", 64)
+    run_ok([deck("prep_bin.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{tmp}/store_bin' "
+                                "seq_len=16 min_chars=1 format='bin' /\n")], "prep bin")
+    bin_tokens = os.path.join(tmp, "store_bin", "train_00000.tokens.bin")
+    os.truncate(bin_tokens, 1000)
+    rx = tok_json("regex.json", lambda d: d.__setitem__("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": "(ab"}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}))
     cases = [
+        ("prep_resume_other_deck", [other, "prep%min_chars=2"], 1,
+         [os.path.join(tmp, "w_other", ".prep_work", "fingerprint") + ": committed windows of a different prep (deck, "
+          "tokenizer, inputs or window file version changed)", "hint: delete " + os.path.join(tmp, "w_other", ".prep_work") +
+          " to start over, or run with the deck that made them"]),
+        # a window file cut short: the reason was a stale errno ('No such file or directory')
+        ("prep_window_cut", [cut], 1,
+         [cut_win + ": cannot read rows 0..27 (the file ends before them)", "hint: delete " + os.path.join(tmp, "w_cut", ".prep_work")]),
+        ("prep_window_header", [head], 1,
+         [head_win + ": missing or not a window file of this prep", "hint: delete " + os.path.join(tmp, "w_head", ".prep_work")]),
+        ("bin_shard_cut", [train("t22.in", os.path.join(tmp, "store_bin", "train.json"))], 1,
+         [bin_tokens + ": 1000 bytes, the manifest says 136 rows of 17 x 4 bytes = 9248"]),
+        ("tokenizer_regex", ["--encode", rx], 1,
+         [rx + ": pre-tokenizer regex does not compile at offset 3: missing closing parenthesis", "  pattern: (ab"]),
         ("manifest_missing", [train("t1.in", os.path.join(tmp, "nostore", "train.json"))], 1,
          ["nostore/train.json: cannot read the store manifest", "hint: run task='prep' first, or check &data train"]),
         ("manifest_json", [train("t2.in", copy_store("st2", raw_manifest="{\"a\": 01}"))], 1,

@@ -290,6 +290,54 @@ static __device__ __forceinline__ int64_t fm__fa_next_tile(const int32_t *segb, 
   return end;
 }
 
+/* The K/V tiles (BC keys each) that a query tile's rows [t0, t0 + ROWS) can
+ * see, in order: causal, so below the tile's end; with documents, only the
+ * tiles whose ids meet the query tile's (fm__fa_next_tile). stage() waits for
+ * the previous tile's readers, puts tile s0 (its nk keys, zero-padded) and
+ * its ids into shared memory, finds the next tile s1 and, with PF, issues
+ * that tile's loads so they overlap this tile's work. The forward and the dQ
+ * pass walk the same tiles this way. */
+template <int HS, int BC, bool PF>
+struct FmFaKvWalk {
+  FmFaStage<HS, BC> stk, stv;
+  FmFaRange own;
+  int64_t kend, s0, s1;
+  /* The kernel's (b, g) and ids stay arguments: a's fields are read from the
+   * kernel's parameters, not kept in registers across the loop. */
+  __device__ __forceinline__ void begin(const FmFaArgs &a, int64_t b, int64_t g, const int32_t *segb, int64_t t0) {
+    const int64_t T = a.T;
+    kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
+    const int nown = (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS);
+    own = segb ? fm__fa_range(segb, t0, nown) : FmFaRange{0, 0};
+    s0 = fm__fa_next_tile(segb, own, 0, kend, BC, T);
+    s1 = kend;
+    if (PF && s0 < kend) fetch(a, b, g, s0);
+  }
+  __device__ __forceinline__ void fetch(const FmFaArgs &a, int64_t b, int64_t g, int64_t s) {
+    const int64_t T = a.T, ldkv = a.NKV * HS;
+    const int n = (int)(T - s < BC ? T - s : BC);
+    stk.fetch(a.k + (b * T + s) * ldkv + g * HS, ldkv, n);
+    stv.fetch(a.v + (b * T + s) * ldkv + g * HS, ldkv, n);
+  }
+  __device__ __forceinline__ void stage(const FmFaArgs &a, int64_t b, int64_t g, const int32_t *segb, uint16_t *sK,
+                                        uint16_t *sV, int32_t *sSeg) {
+    const int64_t T = a.T, ldkv = a.NKV * HS;
+    const int nk = (int)(T - s0 < BC ? T - s0 : BC);
+    __syncthreads(); /* the previous tile's readers are done */
+    if (PF) {
+      stk.store(sK);
+      stv.store(sV);
+    } else {
+      FmFaStage<HS, BC>::copy(sK, a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+      FmFaStage<HS, BC>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
+    }
+    for (int i = threadIdx.x; i < BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
+    __syncthreads();
+    s1 = fm__fa_next_tile(segb, own, s0 + BC, kend, BC, T);
+    if (PF && s1 < kend) fetch(a, b, g, s1); /* the next tile's loads overlap this tile's work */
+  }
+};
+
 /* ---- forward ------------------------------------------------------------------ */
 template <int HS>
 struct FmFaFwd {
@@ -312,7 +360,7 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
   const int32_t *segb = a.seg ? a.seg + b * T : NULL;
   const int32_t rs[2] = {segb && r0 < T ? segb[r0] : 0, segb && r0 + 8 < T ? segb[r0 + 8] : 0};
 
-  const int64_t ldq = a.NH * HS, ldkv = a.NKV * HS; /* the bf16 copies' */
+  const int64_t ldq = a.NH * HS; /* the bf16 copies' */
   FmFaStage<HS, FM__FA_ROWS>::copy(sQ, a.q + (b * T + t0) * ldq + h * HS, ldq,
                                    (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS));
   float o[P::NT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -322,34 +370,10 @@ static __global__ void __launch_bounds__(FM__FA_THREADS) fm__fa_fwd_kernel(float
     for (int i = 0; i < 4; i++) o[n][i] = 0.0f;
   }
 
-  const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
-  FmFaStage<HS, P::BC> stk, stv;
-  const int nown = (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS);
-  const FmFaRange own = segb ? fm__fa_range(segb, t0, nown) : FmFaRange{0, 0};
-  int64_t s0 = fm__fa_next_tile(segb, own, 0, kend, P::BC, T);
-  if (P::PF && s0 < kend) {
-    const int nk0 = (int)(T - s0 < P::BC ? T - s0 : P::BC);
-    stk.fetch(a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
-    stv.fetch(a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
-  }
-  for (int64_t s1 = kend; s0 < kend; s0 = s1) {
-    const int nk = (int)(T - s0 < P::BC ? T - s0 : P::BC);
-    __syncthreads(); /* the previous tile's readers are done */
-    if (P::PF) {
-      stk.store(sK);
-      stv.store(sV);
-    } else {
-      FmFaStage<HS, P::BC>::copy(sK, a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk);
-      FmFaStage<HS, P::BC>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
-    }
-    for (int i = threadIdx.x; i < P::BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
-    __syncthreads();
-    s1 = fm__fa_next_tile(segb, own, s0 + P::BC, kend, P::BC, T);
-    if (P::PF && s1 < kend) { /* the next tile's loads overlap this tile's work */
-      const int nk1 = (int)(T - s1 < P::BC ? T - s1 : P::BC);
-      stk.fetch(a.k + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
-      stv.fetch(a.v + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
-    }
+  FmFaKvWalk<HS, P::BC, P::PF> kv;
+  for (kv.begin(a, b, g, segb, t0); kv.s0 < kv.kend; kv.s0 = kv.s1) {
+    kv.stage(a, b, g, segb, sK, sV, sSeg);
+    const int64_t s0 = kv.s0;
     const uint32_t vis = fm__fa_vis<P::NC>(r0, s0, T, 1, rs, sSeg);
     if (!__any_sync(0xffffffffu, vis != 0)) continue; /* the warp's rows see nothing here */
 
@@ -567,7 +591,7 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
   uint16_t *sQ = (uint16_t *)smem, *sdO = sQ + FM__FA_ROWS * (HS + 8), *sK = sdO + FM__FA_ROWS * (HS + 8),
            *sV = sK + P::BC * (HS + 8);
   int32_t *sSeg = (int32_t *)(sV + P::BC * (HS + 8));
-  const int64_t T = a.T, nqt = (T + FM__FA_ROWS - 1) / FM__FA_ROWS, BH = a.B * a.NH, ldq = a.NH * HS, ldkv = a.NKV * HS;
+  const int64_t T = a.T, nqt = (T + FM__FA_ROWS - 1) / FM__FA_ROWS, BH = a.B * a.NH, ldq = a.NH * HS;
   const int64_t bh = blockIdx.x % BH, t0 = (nqt - 1 - blockIdx.x / BH) * FM__FA_ROWS;
   const int64_t b = bh / a.NH, h = bh % a.NH, g = h / (a.NH / a.NKV);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
@@ -592,34 +616,10 @@ static __global__ void __launch_bounds__(FM__FA_THREADS)
     for (int i = 0; i < 4; i++) acc[n][i] = 0.0f;
   }
 
-  const int64_t kend = T < t0 + FM__FA_ROWS ? T : t0 + FM__FA_ROWS;
-  FmFaStage<HS, P::BC> stk, stv;
-  const int nown = (int)(T - t0 < FM__FA_ROWS ? T - t0 : FM__FA_ROWS);
-  const FmFaRange own = segb ? fm__fa_range(segb, t0, nown) : FmFaRange{0, 0};
-  int64_t s0 = fm__fa_next_tile(segb, own, 0, kend, P::BC, T);
-  if (P::PF && s0 < kend) {
-    const int nk0 = (int)(T - s0 < P::BC ? T - s0 : P::BC);
-    stk.fetch(a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
-    stv.fetch(a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk0);
-  }
-  for (int64_t s1 = kend; s0 < kend; s0 = s1) {
-    const int nk = (int)(T - s0 < P::BC ? T - s0 : P::BC);
-    __syncthreads();
-    if (P::PF) {
-      stk.store(sK);
-      stv.store(sV);
-    } else {
-      FmFaStage<HS, P::BC>::copy(sK, a.k + (b * T + s0) * ldkv + g * HS, ldkv, nk);
-      FmFaStage<HS, P::BC>::copy(sV, a.v + (b * T + s0) * ldkv + g * HS, ldkv, nk);
-    }
-    for (int i = threadIdx.x; i < P::BC; i += FM__FA_THREADS) sSeg[i] = segb && i < nk ? segb[s0 + i] : 0;
-    __syncthreads();
-    s1 = fm__fa_next_tile(segb, own, s0 + P::BC, kend, P::BC, T);
-    if (P::PF && s1 < kend) {
-      const int nk1 = (int)(T - s1 < P::BC ? T - s1 : P::BC);
-      stk.fetch(a.k + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
-      stv.fetch(a.v + (b * T + s1) * ldkv + g * HS, ldkv, nk1);
-    }
+  FmFaKvWalk<HS, P::BC, P::PF> kv;
+  for (kv.begin(a, b, g, segb, t0); kv.s0 < kv.kend; kv.s0 = kv.s1) {
+    kv.stage(a, b, g, segb, sK, sV, sSeg);
+    const int64_t s0 = kv.s0;
     const uint32_t vis = fm__fa_vis<P::NC>(r0, s0, T, 1, rs, sSeg);
     if (!__any_sync(0xffffffffu, vis != 0)) continue;
 

@@ -220,15 +220,17 @@ static int encode_sft(Prep *p, const Turn *turns, int n, Bad *bad) {
 /* One record: 0 kept or filtered (counted), FM_EDATA bad (bad->why set),
  * other <0 a failure. */
 int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
-  int64_t badoff = fm_utf8_check(r->text, r->len);
-  if (badoff >= 0) {
-    snprintf(bad->why, sizeof bad->why, "invalid UTF-8 at byte %lld of the line", (long long)badoff + 1);
-    return FM_EDATA;
-  }
   FmJsonDoc doc;
   FmJsonError je;
   if (fm_json_parse(&doc, r->text, r->len, 64, &je)) {
-    snprintf(bad->why, sizeof bad->why, "column %d: malformed JSON: %s", je.col, je.msg);
+    /* bad UTF-8 is named as such, before JSON errors (a line that parses is
+     * valid UTF-8: the parser checks every string, and JSON outside strings
+     * is ASCII, so only a failed line needs the whole-line check) */
+    int64_t badoff = fm_utf8_check(r->text, r->len);
+    if (badoff >= 0)
+      snprintf(bad->why, sizeof bad->why, "invalid UTF-8 at byte %lld of the line", (long long)badoff + 1);
+    else
+      snprintf(bad->why, sizeof bad->why, "column %d: malformed JSON: %s", je.col, je.msg);
     return FM_EDATA;
   }
   int rc = 0;

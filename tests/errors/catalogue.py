@@ -188,7 +188,7 @@ def test_texts():
                         continue
                     if p not in (os.path.abspath(__file__), NO_TEST):
                         # adjacent string literals are one string (Python, C)
-                        texts[os.path.relpath(p, ROOT)] = re.sub(r'"[ \t]*\n[ \t]*"', "", t.replace("\\", ""))
+                        texts[os.path.relpath(p, ROOT)] = re.sub(r'"[ \t]*\n[ \t]*[rbf]?"', "", t.replace("\\", ""))
     return texts
 
 

@@ -8,6 +8,7 @@ The cases come in groups (one ctest each, errors.produce_GROUP, so that they
 run in parallel); with no GROUP, all of them."""
 import base64
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -612,10 +613,49 @@ def store_cases():
                                 "seq_len=16 min_chars=1 format='bin' /\n")], "prep bin")
     bin_tokens = os.path.join(tmp, "store_bin", "train_00000.tokens.bin")
     os.truncate(bin_tokens, 1000)
+    # a .bin store with one value planted in column 3 of row 5 (or of every row, -1) of a dataset, the manifest
+    # re-signed as prep signs it (SHA-256 of the SHA-256s of 64 Ki-element pieces), so only the row checks see it
+    run_ok([deck("prep_rows.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{tmp}/store_rows' "
+                                 "seq_len=16 min_chars=1 format='bin' position_ids='doc_reset' /\n")], "prep bin with positions")
+
+    def planted(name, dataset, row, value):
+        d = os.path.join(tmp, name)
+        shutil.copytree(os.path.join(tmp, "store_rows"), d)
+        m = json.load(open(os.path.join(d, "train.json")))
+        R, es = m["seq_len"] + 1, 4
+        f = os.path.join(d, m["shards"][0]["file"] + "." + dataset + ".bin")
+        b = bytearray(open(f, "rb").read())
+        for i in [row * R + 3] if row >= 0 else [r * R + 3 for r in range(m["n_seq"])]:
+            b[i * es:(i + 1) * es] = value.to_bytes(es, "little", signed=True)
+        open(f, "wb").write(b)
+        for sh in m["shards"]:
+            for ds, e in (("tokens", 4), ("loss_mask", 1), ("segment_ids", 4), ("position_ids", 4)):
+                data = open(os.path.join(d, sh["file"] + "." + ds + ".bin"), "rb").read()
+                piece = 65536 * e
+                sh["sha256"][ds] = hashlib.sha256(b"".join(hashlib.sha256(data[i:i + piece]).digest()
+                                                           for i in range(0, len(data), piece))).hexdigest()
+        raw(os.path.join(name, "train.json"), json.dumps(m))
+        return os.path.join(d, "train.json")
+    rows_token, rows_seg, rows_pos = planted("rows_token", "tokens", 5, 1000), planted("rows_seg", "segment_ids", 5, 9), \
+        planted("rows_pos", "position_ids", 5, -4)
+    every_token = planted("every_token", "tokens", -1, 1000)
     rx = tok_json("regex.json", lambda d: d.__setitem__("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
         {"type": "Split", "pattern": {"Regex": "(ab"}, "behavior": "Isolated", "invert": False},
         {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}))
+    hint_rows = "hint: run task='prep' again for this store, or restore the shard from a copy"
     cases = [
+        ("verify_token_id", ["--verify", rows_token], 1,
+         ["rows_token/train_00000: row 5 (sample 5), column 3: token id 1000 >= vocab_size 269: the shard is corrupt or not "
+          "written by fmhpc's prep", hint_rows]),
+        ("verify_segment_id", ["--verify", rows_seg], 1,
+         ["rows_seg/train_00000: row 5 (sample 5), column 3: segment id 9 after 1: a row numbers its documents 1, 2, ... "
+          "from column 0, then padding 0: the shard is corrupt or not written by fmhpc's prep"]),
+        ("verify_position_id", ["--verify", rows_pos], 1,
+         ["rows_pos/train_00000: row 5 (sample 5), column 3: position id -4 < 0: the shard is corrupt or not written by fmhpc's prep"]),
+        # training reads the batch: the message, then an abort through FM_CHECK (status 1; see the report of issue 14)
+        ("train_token_id", [train("t23.in", every_token, train_keys="")], 1,
+         [re.compile(r"every_token/train_00000: row [0-9]+ \(sample [0-9]+\), column 3: token id 1000 >= vocab_size 269 of "
+                     r"the store: the shard is corrupt or from another tokenizer"), "hint: run task='prep' again for this store"]),
         ("prep_resume_other_deck", [other, "prep%min_chars=2"], 1,
          [os.path.join(tmp, "w_other", ".prep_work", "fingerprint") + ": committed windows of a different prep (deck, "
           "tokenizer, inputs or window file version changed)", "hint: delete " + os.path.join(tmp, "w_other", ".prep_work") +

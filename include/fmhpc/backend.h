@@ -61,6 +61,13 @@ const FmBackend *fm_backend_choose(const char *name, int need, char *why, int n,
 /* Tests only: make fm_backend_cuda hand out `table` (the SIMT-emulated kernel
  * table of the fmhpc_emu build) as if a device answered; NULL undoes it. */
 void fm_backend_set_cuda_stand_in(const FmBackend *table);
+/* Names for device buffers, for a tool that accounts host<->device traffic
+ * by buffer (fmhpc_emu's FMHPC_EMU_COPY_STATS): fm_backend_name_buffer tells
+ * the installed namer that [p, p + bytes) holds `name` ("weights",
+ * "optimizer state", ...); a no-op when none is installed (every real run). */
+typedef void (*FmBufferNamer)(const void *p, int64_t bytes, const char *name);
+void fm_backend_set_buffer_namer(FmBufferNamer fn);
+void fm_backend_name_buffer(const void *p, int64_t bytes, const char *name);
 
 /* ---- labelled allocations: what each large buffer of a run is, and the
  * plan's figure for it (fmhpc --check, src/train/plan.c), so that an

@@ -183,6 +183,11 @@ int fm_reduce_allgather_device(FmReduce *g, float *w);
 /* Global gradient norm over the shards, in blocks whose boundaries do not
  * depend on P (fm_clip_block_sumsq on each shard, gathered exactly). */
 double fm_reduce_grad_norm(FmReduce *g, const float *shard);
+/* The same norm (the same bits) of this rank's shard held on a device:
+ * be->block_sumsq writes the shard's per-block partials into blocks_d (at
+ * least g->norm_nb doubles of be's memory), those few doubles are copied
+ * back, and the rest is fm_reduce_grad_norm's exact gather and sum. */
+double fm_reduce_grad_norm_device(FmReduce *g, const FmBackend *be, const float *shard_d, double *blocks_d);
 
 /* ---- the table of sharded state (state.c) --------------------------------- */
 /* Every array a run must save to continue bit for bit, with its layout, in

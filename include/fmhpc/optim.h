@@ -148,6 +148,18 @@ int fm_optim_create_from_deck(FmOptim **out, const FmDeck *deck, const FmTensorT
                               FILE *err);
 void fm_optim_free(FmOptim *o);
 
+/* The state on a device backend (be->host_accessible == 0; no-op otherwise
+ * or when already there): allocated there once, filled from the host state,
+ * and from then on the update ops (fm_optim_step, the Sophia Hessian update)
+ * run with be's kernels on device pointers w, g and ghat. The host arrays
+ * (fm_optim_state_data, _arrays) become a mirror, refreshed only by
+ * fm_optim_state_to_host (checkpoint writes) and read back to the device by
+ * fm_optim_state_to_device (a resume). The same bits as on the host: the
+ * CUDA update ops are the CPU ops' bodies (elementwise.h). */
+void fm_optim_use_device(FmOptim *o, const FmBackend *be);
+void fm_optim_state_to_host(FmOptim *o);
+void fm_optim_state_to_device(FmOptim *o);
+
 /* One update of the shard: w and g point at element lo (hi-lo values each);
  * t >= 1 is the optimizer step (bias corrections use it); lr for this step. */
 void fm_optim_step(FmOptim *o, float *w_shard, const float *g_shard, int64_t t, float lr);

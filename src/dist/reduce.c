@@ -409,10 +409,9 @@ int fm_reduce_allgather_device(FmReduce *g, float *w) {
 
 /* Rank r's block sums sit at all[r*maxb, r*maxb + its block count); a rank
  * with fewer blocks leaves its tail of `mine` at zero (never written). */
-double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
+static double norm_of_partials(FmReduce *g) {
   const int64_t maxb = g->norm_nb;
   double *mine = g->norm_mine, *all = g->norm_all, *ordered = g->norm_ordered;
-  FM_CHECK(fm_clip_block_sumsq(shard, fm_reduce_lo(g), fm_reduce_hi(g), FM_DIST_BLOCK, mine));
   FM_CHECK(fm_comm_allgather(g->comm, mine, all, maxb, FM_DT_F64));
   int64_t k = 0;
   for (int r = 0; r < g->P; r++) {
@@ -420,4 +419,16 @@ double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
     for (int64_t j = 0; j < nb; j++) ordered[k++] = all[(int64_t)r * maxb + j];
   }
   return fm_clip_norm(ordered, k);
+}
+
+double fm_reduce_grad_norm(FmReduce *g, const float *shard) {
+  FM_CHECK(fm_clip_block_sumsq(shard, fm_reduce_lo(g), fm_reduce_hi(g), FM_DIST_BLOCK, g->norm_mine));
+  return norm_of_partials(g);
+}
+
+double fm_reduce_grad_norm_device(FmReduce *g, const FmBackend *be, const float *shard_d, double *blocks_d) {
+  const int64_t lo = fm_reduce_lo(g), hi = fm_reduce_hi(g), nb = fm_clip_nblocks(lo, hi, FM_DIST_BLOCK);
+  be->block_sumsq(blocks_d, shard_d, hi - lo, FM_DIST_BLOCK);
+  if (nb > 0) be->copy_to_host(g->norm_mine, blocks_d, nb * (int64_t)sizeof *g->norm_mine);
+  return norm_of_partials(g);
 }

@@ -114,11 +114,34 @@ int fm_optim_create_from_deck(FmOptim **out, const FmDeck *deck, const FmTensorT
 void fm_optim_free(FmOptim *o) {
   if (!o) return;
   if (o->p.kind->hook && o->p.kind->hook->free) o->p.kind->hook->free(o);
+  if (o->dstate) o->be->free(o->dstate);
   free(o->arrays);
   fm_table_free(&o->table);
   free(o->state);
   free(o->seg);
   free(o);
+}
+
+static int64_t state_bytes(const FmOptim *o) {
+  return (int64_t)o->p.kind->state_per_param * (o->hi - o->lo) * (int64_t)sizeof(float);
+}
+
+void fm_optim_use_device(FmOptim *o, const FmBackend *be) {
+  if (be->host_accessible || o->dstate) return;
+  o->be = be;
+  const int64_t bytes = state_bytes(o);
+  if (bytes <= 0) return;
+  o->dstate = fm_backend_alloc(be, bytes, FM_MEM_OPTIM);
+  fm_backend_name_buffer(o->dstate, bytes, "optimizer state");
+  be->copy_to_device(o->dstate, o->state, bytes);
+}
+
+void fm_optim_state_to_host(FmOptim *o) {
+  if (o->dstate) o->be->copy_to_host(o->state, o->dstate, state_bytes(o));
+}
+
+void fm_optim_state_to_device(FmOptim *o) {
+  if (o->dstate) o->be->copy_to_device(o->dstate, o->state, state_bytes(o));
 }
 
 void fm_optim_step(FmOptim *o, float *w_shard, const float *g_shard, int64_t t, float lr) {

@@ -14,9 +14,10 @@
 
 struct FmOptim {
   FmOptimParams p;
-  const FmBackend *be; /* the update ops: the CPU table (the state lives in host memory) */
+  const FmBackend *be; /* the update ops: the CPU table, or the device's after fm_optim_use_device */
   int64_t lo, hi;      /* the shard of the flat vector */
-  float *state;        /* state_per_param * (hi - lo) values, one allocation */
+  float *state;        /* state_per_param * (hi - lo) values, one allocation (host; a mirror once on a device) */
+  float *dstate;       /* fm_optim_use_device: the same layout in the device's memory (the live state); else NULL */
   FmTensorTable table; /* state tensors over `state` */
   FmOptimSeg *seg;     /* decay segments covering [lo, hi), in order */
   int nseg;
@@ -24,8 +25,11 @@ struct FmOptim {
   void *hook;     /* the kind's hook state (FmOptimHook), or NULL */
 };
 
-/* The state array `j` (in the kind's state_names order) of the shard. */
-static inline float *fm__optim_state(FmOptim *o, int j) { return o->state + (int64_t)j * (o->hi - o->lo); }
+/* The state array `j` (in the kind's state_names order) of the shard, where
+ * the update ops read it: the device's copy after fm_optim_use_device. */
+static inline float *fm__optim_state(FmOptim *o, int j) {
+  return (o->dstate ? o->dstate : o->state) + (int64_t)j * (o->hi - o->lo);
+}
 
 #define FM_OPTIM(n) extern const FmOptimKind fm__optim_##n;
 #include "fmhpc/optimizers.def"

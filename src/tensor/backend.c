@@ -66,6 +66,14 @@ static const FmBackend *fm__cuda_stand_in;
 
 void fm_backend_set_cuda_stand_in(const FmBackend *table) { fm__cuda_stand_in = table; }
 
+static FmBufferNamer fm__buffer_namer;
+
+void fm_backend_set_buffer_namer(FmBufferNamer fn) { fm__buffer_namer = fn; }
+
+void fm_backend_name_buffer(const void *p, int64_t bytes, const char *name) {
+  if (fm__buffer_namer && p && bytes > 0) fm__buffer_namer(p, bytes, name);
+}
+
 const FmBackend *fm_backend_cpu(void) { return &fm__cpu_backend; }
 
 const FmBackend *fm_backend_cuda(int *status) {

@@ -158,6 +158,24 @@ FM_HD static inline void fm_swiglu_bwd(float *dgate, float *dup, float dout, flo
 FM_HD static inline float fm_add2(float a, float b) { return fm_addf(a, b); }
 FM_HD static inline float fm_scale1(float x, float s) { return fm_mulf(x, s); }
 
+/* The clip: x * s in double, rounded once to float (reduce.c's clip of the
+ * shard, train.c), and one gradient square in double (exact: a float's
+ * square fits a double's 53 bits), for the norm's block sums. */
+FM_HD static inline float fm_scale_f64_1(float x, double s) {
+#ifdef __CUDA_ARCH__
+  return __double2float_rn(__dmul_rn((double)x, s));
+#else
+  return (float)((double)x * s);
+#endif
+}
+FM_HD static inline double fm_sumsq_add(double acc, float x) {
+#ifdef __CUDA_ARCH__
+  return __dadd_rn(acc, __dmul_rn((double)x, (double)x));
+#else
+  return acc + (double)x * (double)x;
+#endif
+}
+
 /* ---- AdamW (Loshchilov & Hutter; torch.optim.AdamW's update) --------------- */
 /* bc1 = 1 - beta1^t, bc2 = 1 - beta2^t are computed once per step by the
  * caller (in double, then rounded), so every element and both backends see

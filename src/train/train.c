@@ -55,10 +55,17 @@ typedef struct Run {
   FmOptim *opt;
   FmSchedule sched;
   FmSpike spike;
-  float *gshard;
-  float *wh, *gh;      /* the weights and one gradient as the host sees them: the model's arenas on a host
-                          backend; on a device backend (CUDA) host copies, kept in sync by the loop */
-  float *gfull;        /* &parallel zero = 0: (numel) the whole gradient, for the replicated optimizer; else NULL */
+  float *gshard;   /* (S) this rank's reduced shard (hi-lo floats) as the host exchange writes it */
+  float *gshard_d; /* device backend: (S) this rank's reduced shard, hi-lo floats, on the device: what the norm, clip
+                      and optimizer read. Filled from gshard after fm_reduce_finish (comm 'mpi'); a device
+                      exchange (NCCL) writes it directly. NULL on a host backend */
+  float *wh, *gh;  /* the weights and one gradient as the host sees them: the model's arenas on a host
+                      backend; on a device backend (CUDA) host copies: gh for the host reduction paths, wh a
+                      mirror of the device's weights refreshed by host_mirror() (checkpoints, the final
+                      hash and export) and the all-gather's staging */
+  float *gfull;    /* &parallel zero = 0: (numel) the whole gradient, for the replicated optimizer; else NULL */
+  float *gfull_d;  /* ... and on a device backend its copy on the device */
+  double *norm_d;  /* device backend: (red.norm_nb) the grad norm's block partials */
   float **state_shard; /* &parallel zero = 0: each optimizer state array at this rank's shard (checkpoints) */
   FmMetrics *metrics;
   double flops_per_step, peak_flops_rank;
@@ -80,12 +87,20 @@ static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
 }
 
 /* ---- device buffers ----------------------------------------------------- */
-/* On a backend whose buffers the host cannot read (CUDA), forward and backward
- * run on the device and the reduction, clip and optimizer read host copies:
- * the gradient is copied out after each micro-batch (exact mode: the int64
- * quantisation needs each one; fast mode: once, after the model summed them)
- * and the updated weights copied back. On the CPU backend wh and gh are the
- * arenas and these copy nothing. */
+/* On a backend whose buffers the host cannot read (CUDA), forward, backward
+ * and the update run on the device: the fp32 master weights (the model's
+ * arena) and the optimizer state (fm_optim_use_device) live there, the
+ * reduced shard is gshard_d, and the grad norm's block partials, the clip and
+ * the AdamW/Lion/Sophia update are device ops. What still crosses per step
+ * with comm 'mpi' is the exchange's host staging: exact mode's int64
+ * accumulator (fm_reduce_finish) or fast mode's summed gradient (grad_to_host),
+ * the reduced shard up (one copy), and at dp > 1 the parameter all-gather
+ * (my shard down, the others' up); &parallel zero = 0 also stages the whole
+ * gradient. The host mirrors wh and the optimizer's state arrays are refreshed
+ * only where the host reads them (host_mirror: checkpoint writes, the final
+ * hash and export) and loaded up once on a resume. tp > 1 on a device keeps the
+ * old host update (weights copied back each step). On the CPU backend wh and
+ * gh are the arenas and these copy nothing. */
 static void grad_to_host(Run *r) {
   if (r->gh == fm_model_grad_arena(r->model)) return;
   r->be->copy_to_host(r->gh, fm_model_grad_arena(r->model), fm_model_params(r->model)->numel * (int64_t)sizeof(float));
@@ -97,12 +112,31 @@ static void weights_to_device(Run *r) {
                         fm_model_params(r->model)->numel * (int64_t)sizeof(float));
 }
 
+/* The host mirrors of the device's weights and optimizer state, brought up to
+ * date where the host reads them (a checkpoint write, the final hash and
+ * export); never inside a step. */
+static void host_mirror(Run *r) {
+  if (r->wh == fm_model_param_arena(r->model)) return;
+  r->be->copy_to_host(r->wh, fm_model_param_arena(r->model), fm_model_params(r->model)->numel * (int64_t)sizeof(float));
+  fm_optim_state_to_host(r->opt);
+}
+
 /* Where the step's work runs, for the log: the CPU's GEMM, or the device's share. */
 static const char *where_ops(const Run *r) {
   if (r->be->host_accessible) return fm_cpu_blas_info();
-  if (r->red.nccl) return "model ops, the exact quantisation and its exchange (NCCL) on the device, optimizer on host";
-  return r->red.dev ? "model ops and the exact quantisation on the device, collectives and optimizer on host copies"
-                    : "model ops on the device, reduction and optimizer on host copies";
+  if (!r->gshard_d) { /* tp > 1: the update on host copies */
+    if (r->red.nccl)
+      return "model ops, the exact quantisation and its exchange (NCCL) on the device, optimizer on host";
+    return r->red.dev ? "model ops and the exact quantisation on the device, collectives and optimizer on host copies"
+                      : "model ops on the device, reduction and optimizer on host copies";
+  }
+  if (r->red.nccl)
+    return "model ops, the exact quantisation and its exchange (NCCL), grad norm, clip and optimizer (fp32 weights "
+           "and state resident) on the device";
+  return r->red.dev ? "model ops, the exact quantisation, grad norm, clip and optimizer (fp32 weights and state "
+                      "resident) on the device, collectives over MPI on host copies"
+                    : "model ops, grad norm, clip and optimizer (fp32 weights and state resident) on the device, "
+                      "reduction over MPI on host copies";
 }
 
 /* ---- the step --------------------------------------------------------- */
@@ -173,6 +207,9 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
     if (!r->red.exact) grad_to_host(r);
   } while (tp_any(r, fm_reduce_finish(&r->red, grad, r->gshard, nonfinite)));
   *nonfinite = tp_any(r, *nonfinite);
+  if (r->gshard_d && !r->red.nccl && !*nonfinite) /* the exchange ran on the host (MPI): one copy of the shard */
+    r->be->copy_to_device(r->gshard_d, r->gshard,
+                          (fm_reduce_hi(&r->red) - fm_reduce_lo(&r->red)) * (int64_t)sizeof(float));
   FM_CHECK(fm_comm_allgather(r->dp, r->mloss, r->mloss_all, r->count, FM_DT_F64));
   double loss = 0;
   for (int64_t m = 0; m < r->M; m++) loss += r->mloss_all[m];
@@ -185,6 +222,7 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
  * gradient on every tp rank) counted by tp rank 0 only; the squares are
  * then added in tp rank order: the same bits for any dp at a fixed tp. */
 static double grad_norm(Run *r) {
+  if (r->gshard_d) return fm_reduce_grad_norm_device(&r->red, r->be, r->gshard_d, r->norm_d); /* tp 1 */
   if (r->tp->size == 1) return fm_reduce_grad_norm(&r->red, r->gshard);
   const int64_t lo = fm_reduce_lo(&r->red), hi = fm_reduce_hi(&r->red);
   memcpy(r->gtmp, r->gshard, (size_t)(hi - lo) * sizeof *r->gtmp);
@@ -206,9 +244,21 @@ static double grad_norm(Run *r) {
 /* The gradient the optimizer takes: this rank's shard (ZeRO-1), or with
  * &parallel zero = 0 the whole vector gathered from the shards. */
 static float *opt_grad(Run *r) {
+  const int64_t lo = fm_reduce_lo(&r->red), len = fm_reduce_hi(&r->red) - lo;
+  if (r->gshard_d) { /* the shard is on the device (grads_of_step) */
+    if (!r->gfull) return r->gshard_d;
+    if (r->red.nccl) { /* NCCL: gathered on the device */
+      r->be->copy(r->gfull_d + lo, r->gshard_d, len * (int64_t)sizeof(float));
+      FM_CHECK(fm_reduce_allgather_device(&r->red, r->gfull_d));
+      return r->gfull_d;
+    }
+    r->be->copy_to_host(r->gfull + lo, r->gshard_d, len * (int64_t)sizeof(float)); /* MPI: host staging */
+    FM_CHECK(fm_reduce_allgather(&r->red, r->gfull));
+    r->be->copy_to_device(r->gfull_d, r->gfull, fm_model_params(r->model)->numel * (int64_t)sizeof(float));
+    return r->gfull_d;
+  }
   if (!r->gfull) return r->gshard;
-  const int64_t lo = fm_reduce_lo(&r->red);
-  memcpy(r->gfull + lo, r->gshard, (size_t)(fm_reduce_hi(&r->red) - lo) * sizeof(float));
+  memcpy(r->gfull + lo, r->gshard, (size_t)len * sizeof(float));
   FM_CHECK(fm_reduce_allgather(&r->red, r->gfull));
   return r->gfull;
 }
@@ -262,14 +312,31 @@ static int report_nonfinite(const Run *r, int64_t t, double loss) {
  * state is replicated: the gradient shards are all-gathered and every rank
  * updates the whole vector (elementwise, so the same bits as ZeRO-1). */
 static void update(Run *r, int64_t t, double lr) {
-  float *w = r->wh;
+  float *w = r->gshard_d ? fm_model_param_arena(r->model) : r->wh; /* device: the resident fp32 weights */
   if (r->gfull) {
     fm_optim_step(r->opt, w, opt_grad(r), t, (float)lr);
-  } else {
-    fm_optim_step(r->opt, w + fm_reduce_lo(&r->red), r->gshard, t, (float)lr);
-    FM_CHECK(fm_reduce_allgather(&r->red, w));
+    if (!r->gshard_d) weights_to_device(r);
+    return;
   }
-  weights_to_device(r);
+  const int64_t lo = fm_reduce_lo(&r->red);
+  fm_optim_step(r->opt, w + lo, opt_grad(r), t, (float)lr);
+  if (!r->gshard_d) { /* host weights (the CPU backend, or tp > 1 on a device: copied back) */
+    FM_CHECK(fm_reduce_allgather(&r->red, w));
+    weights_to_device(r);
+    return;
+  }
+  if (r->red.P == 1) return;
+  if (r->red.nccl) { /* NCCL: the all-gather on device buffers */
+    FM_CHECK(fm_reduce_allgather_device(&r->red, w));
+    return;
+  }
+  /* MPI all-gather through host staging: my shard down, the others' up */
+  r->be->copy_to_host(r->wh + lo, w + lo, (fm_reduce_hi(&r->red) - lo) * (int64_t)sizeof(float));
+  FM_CHECK(fm_reduce_allgather(&r->red, r->wh));
+  for (int q = 0; q < r->red.P; q++)
+    if (q != r->red.r && r->red.hi[q] > r->red.lo[q])
+      r->be->copy_to_device(w + r->red.lo[q], r->wh + r->red.lo[q],
+                            (r->red.hi[q] - r->red.lo[q]) * (int64_t)sizeof(float));
 }
 
 static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
@@ -293,7 +360,9 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   if (!skip) {
     const double scale = fm_clip_scale(norm, r->c->train.grad_clip);
     const int64_t len = fm_reduce_hi(&r->red) - fm_reduce_lo(&r->red);
-    if (scale != 1.0)
+    if (scale != 1.0 && r->gshard_d)
+      r->be->scale_f64(r->gshard_d, scale, len);
+    else if (scale != 1.0)
       for (int64_t i = 0; i < len; i++) r->gshard[i] = (float)((double)r->gshard[i] * scale);
     update(r, t, lr);
   } else {
@@ -509,7 +578,17 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   r->mloss_all = fm_xcalloc((size_t)r->M, sizeof *r->mloss_all);
   r->gshard = fm_xcalloc((size_t)r->red.S, sizeof *r->gshard);
   if (tp->size > 1) r->gtmp = fm_xcalloc((size_t)r->red.S, sizeof *r->gtmp);
-  if (r->use_nccl) fm_reduce_use_nccl(&r->red, mesh->dp_nccl, NULL); /* exact mode: the exchange on the device */
+  if (!r->be->host_accessible && tp->size == 1) { /* the update on the device: weights and state stay there */
+    r->gshard_d = fm_backend_alloc(r->be, r->red.S * (int64_t)sizeof *r->gshard_d, FM_MEM_REDUCE);
+    r->norm_d = fm_backend_alloc(r->be, r->red.norm_nb * (int64_t)sizeof *r->norm_d, FM_MEM_REDUCE);
+    if (replicated) r->gfull_d = fm_backend_alloc(r->be, pt->numel * (int64_t)sizeof *r->gfull_d, FM_MEM_REDUCE);
+    fm_optim_use_device(r->opt, r->be);
+    fm_backend_name_buffer(fm_model_param_arena(r->model), pt->numel * (int64_t)sizeof(float), "weights");
+    fm_backend_name_buffer(r->gshard_d, r->red.S * (int64_t)sizeof *r->gshard_d, "grad shard");
+  }
+  /* exact mode: the exchange on the device, writing the reduced shard straight into gshard_d (NULL under tp > 1:
+   * finish copies it to the host shard) */
+  if (r->use_nccl) fm_reduce_use_nccl(&r->red, mesh->dp_nccl, r->gshard_d);
   if (r->use_nccl && !r->red.nccl)
     fm_log0("comm: determinism = 'fast' sums fp32 host copies over MPI; NCCL carries the exact reduction only");
   const FmOptimRunShape shape = {r->count, r->first, r->b, r->T, r->dims.V, (uint64_t)c->run.seed};
@@ -528,6 +607,11 @@ static void teardown(Run *r) {
   free(r->mloss);
   free(r->mloss_all);
   free(r->gshard);
+  if (r->be) {
+    r->be->free(r->gshard_d);
+    r->be->free(r->norm_d);
+    r->be->free(r->gfull_d);
+  }
   if (r->model && r->wh != fm_model_param_arena(r->model)) free(r->wh);
   if (r->model && r->gh != fm_model_grad_arena(r->model)) free(r->gh);
   free(r->gtmp);
@@ -710,6 +794,7 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   const FmTensorTable *st = fm_optim_state_table(r->opt);
   for (int i = 0; r->gfull && i < st->n; i++) /* replicated optimizer state: every rank needs all of it */
     FM_CHECK(fm_reduce_allgather(&r->red, fm_optim_state_arrays(r->opt)[i]));
+  fm_optim_state_to_device(r->opt); /* a device's resident state: loaded once, here */
   r->skipped = s.skipped;
   r->red.redone = s.redone;
   fm_log0("resume: %s, step %lld (%lld samples seen, continued from there), every dataset's SHA-256 verified, written at %s; run id %s",
@@ -719,6 +804,7 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
 }
 
 static int save(Run *r, int64_t step, FILE *err) {
+  host_mirror(r);
   FmCkptState s = ckpt_state(r, step);
   char *plans = NULL; /* the pinned GEMM plans, recorded for a resume (CUDA) */
   const int64_t need = r->be->gemm_plans_record ? r->be->gemm_plans_record(NULL, 0) : 0;
@@ -901,6 +987,7 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   /* The canonical (unsharded) weights: gathered over tp when sharded. */
   const FmTensorTable *ct = fm_model_canon_params(r.model);
   float *canon = tp->size > 1 ? fm_xmalloc((size_t)ct->numel * sizeof *canon) : NULL;
+  host_mirror(&r);
   if (canon) fm_model_tp_gather(r.model, r.wh, canon); /* tp > 1 runs on host memory: wh is the arena */
   const float *wc = canon ? canon : r.wh;
   weights_hash(wc, ct->numel, hash);

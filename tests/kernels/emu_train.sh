@@ -20,6 +20,10 @@
 #          (room for the weights, the gradients and half the activations that
 #          --check plans): the run stops with the report naming the
 #          activations, the bytes asked, --check's figure, free/total, the hint
+#   traffic  the host<->device bytes of a steady-state step per named device
+#          buffer (fmhpc_emu's copy counters, FMHPC_EMU_COPY_STATS) at 1 and 2
+#          ranks: no optimizer state, no weights (at 2 ranks exactly the MPI
+#          all-gather's staging), the reduced shard up once, the rest bounded
 #   gpt2   tiny GPT-2 (tied embeddings), AdamW; each 3 steps of 4 sequences
 #          in micro-batches of 1, exact reduction, and a validation pass:
 #     - the CPU backend's losses (3 steps and validation) within 1e-6
@@ -227,6 +231,95 @@ if [ "$case_" = oom ]; then # out of device memory: the report names the item, t
   grep -qF "$msg" "$D/run.log" || { grep -i "memory" "$D/run.log"; fail "no report: $msg"; }
   echo "oom: exit $rc: $(grep -o 'out of GPU memory.*free of [^;]*' "$D/run.log")"
   echo "PASS: oom"
+  exit 0
+fi
+
+if [ "$case_" = traffic ]; then # what a training step moves between host and device
+  # fmhpc_emu counts every copy_to_device/copy_to_host (FMHPC_EMU_COPY_STATS=1), in all and per device
+  # buffer the trainer names (fm_backend_name_buffer: 'weights', 'optimizer state', 'grad shard').
+  # Two runs of 1 and 3 steps differ by exactly 2 steps (setup, step 1, the final weights hash and
+  # export are in both), so (bytes(3) - bytes(1)) / 2 is a steady-state step. With the update on the
+  # device, per step and rank, with comm 'mpi' (1 and 2 ranks; the exchange staged on the host):
+  #   optimizer state  0 bytes either way
+  #   grad shard       4 own bytes up (the reduced shard, once), own = this rank's shard length
+  #   weights          1 rank: 0; 2 ranks: the all-gather's staging, exactly 4 own down and
+  #                    4 (numel - own) up
+  #   everything else  the int64 accumulator down (8 P S), the micro-batches (tokens, targets,
+  #                    positions, segments, token weights: 20 bytes a token), and 1 KiB of scalars
+  #                    (block scales and maxima, flags, the norm's partials, the loss)
+  # and with comm 'nccl' (2 ranks; the exchange and the all-gather on the device): weights, state and
+  # grad shard 0 bytes, the rest only the batch and the 1 KiB of scalars.
+  # Before the update ran on the device every step copied the weights up (4 numel), which fails.
+  D=$WORK/traffic
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" model%n_head=4 model%n_kv_head=2 model%d_ff=64 model%tie_embeddings=F
+        "${common[@]}" "data%valid=''" "train%backend='cuda'")
+  for run in "mpi 1" "mpi 2" "nccl 2"; do
+    read -r comm np <<< "$run"
+    for st in 1 3; do
+      n=${comm}_np${np}_s$st
+      FMHPC_EMU_COPY_STATS=1 timeout -k 5 240 "$MPIEXEC" -n $np "$EMU" "${args[@]}" train%steps=$st \
+        "parallel%comm='$comm'" "run%out_dir='$D/$n'" > "$D/$n.log" 2>&1 || { tail -20 "$D/$n.log"; fail "$n"; }
+    done
+  done
+  /usr/bin/python3 - "$D" <<'PY'
+import json, re, sys
+d = sys.argv[1]
+def stats(name):
+    log = open(f"{d}/{name}.log").read()
+    tot, buf = {}, {}
+    for r, h2d, d2h in re.findall(r"fmhpc_emu: rank (\d+) copies: to_device (\d+) bytes in \d+ calls, "
+                                  r"to_host (\d+) bytes", log):
+        tot[int(r)] = (int(h2d), int(d2h))
+    for r, n, h2d, d2h in re.findall(r"fmhpc_emu: rank (\d+) buffer '([^']+)' \(\d+ bytes\): to_device (\d+) bytes, "
+                                     r"to_host (\d+) bytes", log):
+        buf[(int(r), n)] = (int(h2d), int(d2h))
+    return tot, buf, json.load(open(f"{d}/{name}/summary.json"))
+bad = 0
+def check(ok, what):
+    global bad
+    print(("ok: " if ok else "FAIL: ") + what)
+    bad += not ok
+for comm, np in (("mpi", 1), ("mpi", 2), ("nccl", 2)):
+    (ta, ba, sa), (tb, bb, sb) = stats(f"{comm}_np{np}_s1"), stats(f"{comm}_np{np}_s3")
+    if sorted(ta) != list(range(np)) or sorted(tb) != list(range(np)):
+        sys.exit(f"FAIL: np {np}: copy counters of ranks {sorted(ta)} and {sorted(tb)}")
+    if sa["redone"] != sb["redone"] or sa["skipped"] or sb["skipped"]:
+        sys.exit(f"FAIL: np {np}: redone {sa['redone']}/{sb['redone']}, skipped {sa['skipped']}/{sb['skipped']}")
+    numel = sa["params"]
+    names = ("weights", "grad shard", "optimizer state")
+    step = {}
+    for r in range(np):
+        for n in names:
+            if n == "optimizer state" and (r, n) not in ba and (r, n) not in bb:
+                ba[r, n] = bb[r, n] = (0, 0)  # an empty shard (this tiny model is one block): no state to allocate
+            if (r, n) not in ba or (r, n) not in bb:
+                sys.exit(f"FAIL: np {np} rank {r}: no counters for the buffer '{n}' (the update is not on the device)")
+            step[r, n] = tuple((y - x) / 2 for x, y in zip(ba[r, n], bb[r, n]))
+        step[r, "all"] = tuple((y - x) / 2 for x, y in zip(ta[r], tb[r]))
+    if comm == "mpi":  # the reduced shard comes up once: its length is this rank's share
+        own = {r: step[r, "grad shard"][0] / 4 for r in range(np)}
+        check(sum(own.values()) == numel, f"{comm} np {np}: the ranks' shards ({[int(own[r]) for r in range(np)]}) cover the {numel} parameters")
+    S = numel  # the largest shard: this tiny model is one block, held by one rank
+    for r in range(np):
+        w, st, g, a = (step[r, n] for n in ("weights", "optimizer state", "grad shard", "all"))
+        rest = a[0] + a[1] - sum(w) - sum(st) - sum(g)
+        allowed = (8 * np * S if comm == "mpi" else 0) + 20 * (4 * 32 // np) + 1024
+        print(f"{comm} np {np} rank {r} per step: weights up {w[0]:.0f} down {w[1]:.0f}, optimizer state up {st[0]:.0f} "
+              f"down {st[1]:.0f}, grad shard up {g[0]:.0f} down {g[1]:.0f}, the rest {rest:.0f} B "
+              f"(all: up {a[0]:.0f} down {a[1]:.0f}; the weights are {4 * numel} B, AdamW's state {8 * numel} B)")
+        where = f"{comm} np {np} rank {r}"
+        check(st == (0, 0), f"{where}: no optimizer state moves")
+        want = (0, 0) if np == 1 or comm == "nccl" else (4 * (numel - own[r]), 4 * own[r])
+        check(w == want, f"{where}: weights move {w}, expected {want} "
+                         f"({'the MPI all-gather staging: the others shards up, mine down' if want[0] + want[1] else 'none'})")
+        check(g[1] == 0 and (comm == "mpi" or g[0] == 0),
+              f"{where}: the grad shard {'only goes up' if comm == 'mpi' else 'stays on the device (NCCL writes it)'}")
+        check(rest <= allowed, f"{where}: the rest {rest:.0f} <= {allowed} "
+                               f"({'the accumulator 8 P S, ' if comm == 'mpi' else ''}the batch, 1 KiB)")
+sys.exit(f"FAIL: {bad} check(s)" if bad else 0)
+PY
+  echo "PASS: traffic"
   exit 0
 fi
 

@@ -64,6 +64,23 @@ void fm_cpu_round_bf16(float *x, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] = fm_round_bf16(x[i]);
 }
 
+void fm_cpu_scale_f64(float *x, double s, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
+  for (int64_t i = 0; i < n; i++) x[i] = fm_scale_f64_1(x[i], s);
+}
+
+/* One block per iteration, each summed in index order: any thread count, the same bits. */
+void fm_cpu_block_sumsq(double *out, const float *x, int64_t n, int64_t block) {
+  const int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (int64_t j = 0; j < nb; j++) {
+    const int64_t a = j * block, b = a + block < n ? a + block : n;
+    double acc = 0.0;
+    for (int64_t i = a; i < b; i++) acc = fm_sumsq_add(acc, x[i]);
+    out[j] = acc;
+  }
+}
+
 void fm_cpu_adamw_update(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1, float beta2,
                          float eps, float weight_decay, float bc1, float bc2) {
 #pragma omp parallel for simd schedule(static) if (n >= FM_CPU_OMP_MIN)

@@ -61,6 +61,20 @@ static __global__ void fm__sophia_hessian_kernel(float *h, const float *ghat, in
                                                  float omb2) {
   FM__CUDA_FOR_EACH(i, n) fm_sophia_hessian(&h[i], ghat[i], B, b2, omb2);
 }
+static __global__ void fm__scale_f64_kernel(float *x, double s, int64_t n) {
+  FM__CUDA_FOR_EACH(i, n) x[i] = fm_scale_f64_1(x[i], s);
+}
+/* One thread per block of the norm, in index order (the CPU's partials,
+ * bitwise); a block is 2^16 elements, so a 1.2B-parameter shard is ~18k
+ * threads of sequential double adds. */
+static __global__ void fm__block_sumsq_kernel(double *out, const float *x, int64_t n, int64_t block, int64_t nb) {
+  FM__CUDA_FOR_EACH(j, nb) {
+    const int64_t a = j * block, b = a + block < n ? a + block : n;
+    double acc = 0.0;
+    for (int64_t i = a; i < b; i++) acc = fm_sumsq_add(acc, x[i]);
+    out[j] = acc;
+  }
+}
 
 /* ---- host wrappers --------------------------------------------------------- */
 /* n <= 0 launches nothing (a zero-block grid is a launch error). */
@@ -94,6 +108,11 @@ extern "C" void FM_CUDA_OP(cast_bf16_to_f32)(float *out, const uint16_t *x, int6
   FM__LAUNCH(fm__cast_bf16_to_f32_kernel, n, out, x, n);
 }
 extern "C" void FM_CUDA_OP(round_bf16)(float *x, int64_t n) { FM__LAUNCH(fm__round_bf16_kernel, n, x, n); }
+extern "C" void FM_CUDA_OP(scale_f64)(float *x, double s, int64_t n) { FM__LAUNCH(fm__scale_f64_kernel, n, x, s, n); }
+extern "C" void FM_CUDA_OP(block_sumsq)(double *out, const float *x, int64_t n, int64_t block) {
+  const int64_t nb = block > 0 ? (n + block - 1) / block : 0;
+  FM__LAUNCH(fm__block_sumsq_kernel, nb, out, x, n, block, nb);
+}
 extern "C" void FM_CUDA_OP(adamw_update)(float *w, float *m, float *v, const float *g, int64_t n, float lr, float beta1,
                                          float beta2, float eps, float weight_decay, float bc1, float bc2) {
   FM__LAUNCH(fm__adamw_kernel, n, w, m, v, g, n, lr, beta1, beta2, eps, weight_decay, bc1, bc2);

@@ -185,6 +185,41 @@ FM_TEST(optimizer_updates_bitwise) {
   free(w0), free(h0);
 }
 
+/* ---- the gradient norm's block partials and the clip (train.c on a device) ---- */
+/* block_sumsq against reduce.c's partials (fm_clip_block_sumsq), bitwise: the
+ * norm on the device must be fm_reduce_grad_norm's bits. Magnitudes from
+ * 1e-12 to 1e6 so a reordered sum shows; a ragged last block; the real block
+ * size (FM_DIST_BLOCK) once. scale_f64 against the host clip loop. */
+FM_TEST(norm_clip_bitwise) {
+  const int64_t shapes[3][2] = {{4567, 1000}, {3000, 3000}, {FM_DIST_BLOCK + 777, FM_DIST_BLOCK}};
+  for (int c = 0; c < 3; c++) {
+    const int64_t n = shapes[c][0], block = shapes[c][1], nb = (n + block - 1) / block;
+    float *x = f32(n), *want = f32(n), *got = f32(n);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(uniform(-1, 1) * pow(10.0, uniform(-12, 6)));
+    double *ref = fm_xcalloc((size_t)nb, sizeof *ref), *cpu_out = fm_xcalloc((size_t)nb, sizeof *cpu_out);
+    double *dev = emu.alloc(nb * (int64_t)sizeof *dev), *back = fm_xcalloc((size_t)nb, sizeof *back);
+    FM_REQUIRE(fm_clip_block_sumsq(x, 0, n, block, ref) == 0);
+    cpu()->block_sumsq(cpu_out, x, n, block);
+    EXPECT_BITS("block_sumsq cpu", cpu_out, ref, nb, 8);
+    const double s = 0.3183098861837907; /* a clip scale with a full mantissa */
+    for (int64_t i = 0; i < n; i++) want[i] = (float)((double)x[i] * s);
+    for (int k = 0; k < NSCHED; k++) {
+      schedule(k);
+      emu.block_sumsq(dev, x, n, block);
+      emu.copy_to_host(back, dev, nb * (int64_t)sizeof *back);
+      EXPECT_BITS("block_sumsq", back, ref, nb, 8);
+      memcpy(got, x, (size_t)n * sizeof *got);
+      emu.scale_f64(got, s, n);
+      EXPECT_BITS("scale_f64", got, want, n, 4);
+    }
+    cpu()->scale_f64(x, s, n);
+    EXPECT_BITS("scale_f64 cpu", x, want, n, 4);
+    emu.free(dev);
+    free(x), free(want), free(got), free(ref), free(cpu_out), free(back);
+  }
+  report("block_sumsq (the grad norm's partials), scale_f64 (the clip)", 3);
+}
+
 /* ---- matmul (the column-major GEMM wrapper; emulated: a host GEMM) ----------- */
 /* Another summation order than OpenBLAS's: |cuda - cpu| <= 2 K eps sum_k |a b|
  * (+ the same for the accumulated term) element by element, with K the
@@ -833,6 +868,9 @@ static const char *const tested[] = {
     "gemm_plans_text",
     "gemm_plans_record",
     "gemm_plans_pin",
+    /* norm_clip_bitwise */
+    "block_sumsq",
+    "scale_f64",
     /* quant_add_vs_reduce_add */
     "quant_add",
     /* dequant_bitwise */

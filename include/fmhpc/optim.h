@@ -1,6 +1,7 @@
 /* optim.h: optimizers, learning-rate schedules and loss-spike skipping: the
  * library code the train loop calls once per step on this rank's shard.
- * Everything here works on host (CPU-backend) memory and is bitwise
+ * Everything here works on host (CPU-backend) memory, or, after
+ * fm_optim_use_device, on a device's (the same update ops' CUDA kernels), and is bitwise
  * independent of the OpenMP thread count and of the number of data-parallel
  * ranks (DESIGN section 6). Not here: the shard map, gradient reduction,
  * global-norm clipping (dist.h), collectives (runtime.h), the sampled-label

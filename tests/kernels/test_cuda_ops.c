@@ -306,6 +306,31 @@ FM_TEST(add_scale_bitwise) {
   free(gpu);
 }
 
+/* The grad norm's block partials and the clip on the device (train.c on a
+ * CUDA backend): bitwise the host's (fm_clip_block_sumsq, the clip loop),
+ * at the real block size over 40 blocks and a ragged tail. */
+FM_TEST(norm_clip_bitwise) {
+  const FmBackend *g = cuda_or_skip();
+  const int64_t n = 40 * FM_DIST_BLOCK + 12345, nb = (n + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
+  float *x = host_f32(n), *want = host_f32(n);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)(rng_uniform(-1, 1) * pow(10.0, rng_uniform(-12, 6)));
+  double *ref = fm_xmalloc((size_t)nb * sizeof *ref);
+  FM_REQUIRE(fm_clip_block_sumsq(x, 0, n, FM_DIST_BLOCK, ref) == 0);
+  const double s = 0.3183098861837907;
+  for (int64_t i = 0; i < n; i++) want[i] = (float)((double)x[i] * s);
+  float *d_x = to_device(g, x, n * 4);
+  double *d_p = g->alloc(nb * (int64_t)sizeof *d_p);
+  g->block_sumsq(d_p, d_x, n, FM_DIST_BLOCK);
+  g->scale_f64(d_x, s, n);
+  double *gp = from_device(g, d_p, nb * (int64_t)sizeof *d_p);
+  float *gx = from_device(g, d_x, n * 4);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gp, ref, nb, 8), 0);
+  FM_EXPECT_EQ_INT(count_bit_diffs(gx, want, n, 4), 0);
+  g->free(d_x);
+  g->free(d_p);
+  free(x), free(want), free(ref), free(gp), free(gx);
+}
+
 FM_TEST(bf16_casts_bitwise) {
   const FmBackend *g = cuda_or_skip();
   /* every bf16 pattern -> f32 */

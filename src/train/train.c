@@ -142,18 +142,22 @@ static const char *where_ops(const Run *r) {
 /* ---- the step --------------------------------------------------------- */
 
 /* Read this rank's micro-batches of `step` and set token weights to
- * mask / (unmasked targets of the whole step, all ranks). */
+ * mask / (unmasked targets of the whole step, all ranks). -1 when a batch is
+ * bad on any rank (its message printed there): every rank stops alike. */
 static int64_t read_step(Run *r, int64_t step) {
-  int64_t mine = 0, all = 0;
+  int64_t mine = 0, all = 0, bad = 0;
   for (int64_t i = 0; i < r->count; i++) {
     fm_sampler_micro_ids(&r->sampler, step, r->first + i, r->ids);
     if (r->ids_log) /* FMHPC_TEST_SAMPLE_IDS */
       for (int64_t j = 0; j < r->b; j++)
         fprintf(r->ids_log, "step %lld slot %lld sample %lld\n", (long long)step + 1,
                 (long long)fm_sampler_samples_at(&r->sampler, step) + (r->first + i) * r->b + j, (long long)r->ids[j]);
-    FM_CHECK(fm_store_read_batch_coll(r->train, r->ids, r->b, &r->mb[i]));
+    /* a bad row (ids out of range ...) is the store's message; the reads stay collective */
+    if (fm_store_read_batch_coll(r->train, r->ids, r->b, &r->mb[i])) bad = 1;
     for (int64_t n = 0; n < r->b * r->T; n++) mine += r->mb[i].loss_mask[n];
   }
+  FM_CHECK(fm_comm_allreduce(r->dp, &bad, &bad, 1, FM_DT_I64, FM_OP_MAX));
+  if (bad) return -1;
   FM_CHECK(fm_comm_allreduce(r->dp, &mine, &all, 1, FM_DT_I64, FM_OP_SUM));
   const float w = all > 0 ? (float)(1.0 / (double)all) : 0.0f;
   for (int64_t i = 0; i < r->count; i++)
@@ -343,6 +347,7 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
   const double t0 = fm_now_s();
   const int64_t t = step + 1; /* optimizer steps count from 1 */
   const int64_t ntokens = read_step(r, step);
+  if (ntokens < 0) return FM_EDATA; /* stated by the store */
   const double t_data = fm_now_s();
   HookCtx hc = {r, t};
   const FmOptimStepIo io = {step, ntokens, &hc, hook_logits, hook_grad_shard};
@@ -939,6 +944,7 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   int preempted = 0;
   for (int64_t step = start; step < c->train.steps && !rc; step++) {
     rc = train_step(&r, step, &rec);
+    if (rc == FM_EDATA) break; /* a bad batch: no step record */
     fm_metrics_step(r.metrics, &rec);
     if (rc) break; /* too many non-finite steps (stated) */
     if (c->log.act_stats == rec.step) log_act_stats(&r, rec.step);

@@ -652,7 +652,8 @@ def store_cases():
           "from column 0, then padding 0: the shard is corrupt or not written by fmhpc's prep"]),
         ("verify_position_id", ["--verify", rows_pos], 1,
          ["rows_pos/train_00000: row 5 (sample 5), column 3: position id -4 < 0: the shard is corrupt or not written by fmhpc's prep"]),
-        # training reads the batch: the message, then an abort through FM_CHECK (status 1; see the report of issue 14)
+        # training reads the batch: the message, and every rank stops (it was an abort through FM_CHECK, with
+        # 'unrecoverable error' and Open MPI's abort banner after the message)
         ("train_token_id", [train("t23.in", every_token, train_keys="")], 1,
          [re.compile(r"every_token/train_00000: row [0-9]+ \(sample [0-9]+\), column 3: token id 1000 >= vocab_size 269 of "
                      r"the store: the shard is corrupt or from another tokenizer"), "hint: run task='prep' again for this store"]),

@@ -168,9 +168,11 @@ double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float
 void fm_model_zero_grad(FmModel *m);
 /* Called by fm_model_forward_backward's backward with each range [lo, hi) of
  * the gradient arena that this micro-batch's backward has finished (its
- * values final), in backward order: block l's slice of every stacked tensor
- * (FM_TF_LAYER) once block l's backward is done, from the last block to the
- * first, then every other tensor at the end. The ranges of one backward are
+ * values final), in backward order: the tensors outside the blocks that are
+ * not embeddings (final norm, an untied LM head) with the last block's, block
+ * l's slice of every stacked tensor (FM_TF_LAYER) once block l's backward is
+ * done, from the last block to the first, then the embeddings (FM_TF_EMBED:
+ * a tied LM head is wte) at the end. The ranges of one backward are
  * disjoint and cover the arena; the order depends only on the model. The
  * exact reduction starts each range's exchange from here (train.c). NULL: off. */
 typedef void (*FmGradReady)(void *ctx, int64_t lo, int64_t hi);

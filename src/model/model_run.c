@@ -237,10 +237,11 @@ double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float
           : be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out, m->targets,
                              m->weight, N, C, m->d.V, m->xent_scratch);
   if (backward) m->kind->backward(m);
-  if (backward && m->grad_ready) /* the tensors outside the blocks */
+  if (backward && m->grad_ready) /* the embeddings (and, without blocks, the head): final only now */
     for (int i = 0; i < m->params.n; i++) {
       const FmTensor *t = &m->params.t[i];
-      if (!(t->flags & FM_TF_LAYER)) m->grad_ready(m->grad_ready_ctx, t->offset, t->offset + t->numel);
+      if (!(t->flags & FM_TF_LAYER) && ((t->flags & FM_TF_EMBED) || m->d.L == 0))
+        m->grad_ready(m->grad_ready_ctx, t->offset, t->offset + t->numel);
     }
   return loss;
 }
@@ -252,6 +253,12 @@ void fm_model_set_grad_ready(FmModel *m, FmGradReady fn, void *ctx) {
 
 void fm__grads_ready_block(FmModel *m, int64_t l) {
   if (!m->grad_ready) return;
+  if (l ==
+      m->d.L - 1) /* the head (final norm, an untied LM head): final since the loss and the final norm's backward */
+    for (int i = 0; i < m->params.n; i++) {
+      const FmTensor *t = &m->params.t[i];
+      if (!(t->flags & (FM_TF_LAYER | FM_TF_EMBED))) m->grad_ready(m->grad_ready_ctx, t->offset, t->offset + t->numel);
+    }
   for (int i = 0; i < m->params.n; i++) {
     const FmTensor *t = &m->params.t[i];
     if (!(t->flags & FM_TF_LAYER)) continue;

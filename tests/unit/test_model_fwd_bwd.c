@@ -116,7 +116,7 @@ typedef struct {
   int64_t *hits; /* times each element was reported */
   int64_t calls;
   int64_t prev_l; /* the block of the last block slice reported */
-  bool outside;   /* a tensor outside the blocks was reported */
+  bool outside;   /* an embedding was reported */
   int64_t out_of_order;
 } ReadyLog;
 
@@ -134,8 +134,10 @@ static void log_ready(void *ctx, int64_t lo, int64_t hi) {
       const int64_t l = (lo - t->offset) / (t->numel / t->shape[0]);
       g->out_of_order += g->outside || l > g->prev_l;
       g->prev_l = l;
-    } else {
+    } else if (t->flags & FM_TF_EMBED) {
       g->outside = true;
+    } else { /* the head: with the last block, before any other */
+      g->out_of_order += g->outside || g->prev_l < fm_model_get_dims(g->m)->L - 1;
     }
   }
 }
@@ -178,7 +180,9 @@ static void grad_ready_final(const char *arch, bool tied) {
 }
 
 FM_TEST(grad_ready_final_gpt2) { grad_ready_final("gpt2", true); }
+FM_TEST(grad_ready_final_gpt2_untied) { grad_ready_final("gpt2", false); }
 FM_TEST(grad_ready_final_llama) { grad_ready_final("llama", false); }
+FM_TEST(grad_ready_final_llama_tied) { grad_ready_final("llama", true); }
 
 /* ---- bitwise promises --------------------------------------------------------- */
 

@@ -20,6 +20,7 @@
 #          (room for the weights, the gradients and half the activations that
 #          --check plans): the run stops with the report naming the
 #          activations, the bytes asked, --check's figure, free/total, the hint
+#   nccl_shards  a Llama of 2+ parameter blocks: comm='nccl' and 'mpi' at 2 ranks and 1 rank, same bits
 #   traffic  the host<->device bytes of a steady-state step per named device
 #          buffer (fmhpc_emu's copy counters, FMHPC_EMU_COPY_STATS) at 1 and 2
 #          ranks: no optimizer state, no weights (at 2 ranks exactly the MPI
@@ -234,6 +235,44 @@ if [ "$case_" = oom ]; then # out of device memory: the report names the item, t
   exit 0
 fi
 
+if [ "$case_" = nccl_shards ]; then # the device exchange where every rank owns gradient blocks
+  # A tiny Llama of d_model 64 (two FM_DIST_BLOCK blocks of parameters or more, so at 2 ranks each
+  # rank's ZeRO-1 shard holds blocks: the NCCL reduce-scatter, dequant and all-gather move real shards,
+  # unlike the 1-block models above): comm='nccl' at 2 ranks, comm='mpi' at 2 ranks and 'auto' (NCCL)
+  # at 1 rank give the same loss bits and weights SHA-256.
+  D=$WORK/nccl_shards
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" "${common[@]}" model%n_head=4 model%n_kv_head=2 model%d_model=64 model%d_ff=128
+        model%tie_embeddings=F "data%valid=''" "train%backend='cuda'")
+  for run in "auto 1" "nccl 2" "mpi 2"; do
+    read -r comm np <<< "$run"
+    timeout -k 5 240 "$MPIEXEC" -n $np "$EMU" "${args[@]}" "parallel%comm='$comm'" "run%out_dir='$D/${comm}$np'" \
+      > "$D/${comm}$np.log" 2>&1 || { tail -20 "$D/${comm}$np.log"; fail "${comm}$np"; }
+  done
+  grep -q "^comm: nccl (auto: NCCL" "$D/auto1.log" || fail "auto1: 'auto' did not take NCCL"
+  grep -q "^comm: nccl (asked for)" "$D/nccl2.log" || fail "nccl2: no 'comm: nccl (asked for)' line"
+  /usr/bin/python3 - "$D" <<'PY'
+import json, sys
+d = sys.argv[1]
+def read(n):
+    steps = [json.loads(l)["loss_hex"] for l in open(f"{d}/{n}/metrics.jsonl") if '"loss_hex"' in l]
+    s = json.load(open(f"{d}/{n}/summary.json"))
+    return steps, s["weights_sha256"], s["params"]
+ref, sha, params = read("auto1")
+if len(ref) != 3 or params <= 65536:
+    sys.exit(f"FAIL: {len(ref)} step losses, {params} parameters (want 3, and 2 or more blocks of 65536)")
+bad = 0
+for n in ("nccl2", "mpi2"):
+    steps, s, _ = read(n)
+    same = steps == ref and s == sha
+    print(f"{n}: losses {steps} weights {s[:16]}... {'same bits' if same else 'DIFFERENT'} as auto1 (NCCL, 1 rank)")
+    bad += not same
+print(f"{params} parameters ({(params + 65535) // 65536} blocks); 2 runs compared bitwise")
+sys.exit(f"FAIL: {bad} mismatch(es)" if bad else 0)
+PY
+  echo "PASS: nccl_shards"
+  exit 0
+fi
 if [ "$case_" = traffic ]; then # what a training step moves between host and device
   # fmhpc_emu counts every copy_to_device/copy_to_host (FMHPC_EMU_COPY_STATS=1), in all and per device
   # buffer the trainer names (fm_backend_name_buffer: 'weights', 'optimizer state', 'grad shard').

@@ -564,6 +564,23 @@ def copy_store(name, manifest=None, shard=None, raw_manifest=None, with_shard=Tr
     return os.path.join(d, "train.json")
 
 
+def h5_edit(path, edit):
+    """Edit an HDF5 file in place with h5py (python3-h5py: an HDF5 writer independent of fmhpc); returns path."""
+    import h5py  # CI installs python3-h5py (.ci/setup); a missing import fails the group there
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    return path
+
+
+def h5_replace(f, name, data):
+    """Dataset `name` replaced by `data`, its attributes kept."""
+    attrs = dict(f[name].attrs)
+    del f[name]
+    f[name] = data
+    for k, v in attrs.items():
+        f[name].attrs[k] = v
+
+
 def h5_offset(path, dataset):
     """The file offset of a contiguous HDF5 dataset's data (h5dump, of hdf5-tools: the test's oracle)."""
     if not shutil.which("h5dump"):
@@ -715,6 +732,20 @@ def store_cases():
           "stopping; the weights and checkpoints hold no step with NaN/Inf",
           "hint: lower &optim lr, check the data, or raise &train max_bad_steps"]),
     ]
+    def h5store(name, edit):
+        m = copy_store(name)
+        h5_edit(os.path.join(tmp, name, "train_00000.h5"), edit)
+        return m
+
+    cases += [
+        ("shard_not_fmhpc", [train("t30.in", h5store("st30", lambda f: f.attrs.__delitem__("format")))], 1,
+         ["st30/train_00000.h5: not an fmhpc packed shard (attributes format='fmhpc-packed', seq_len, vocab_size, "
+          "eos_id, pad_id, packing, position_ids, tokenizer_hash expected)"]),
+        ("shard_dataset_missing", [train("t31.in", h5store("st31", lambda f: f.__delitem__("loss_mask")))], 1,
+         ["st31/train_00000.h5: dataset /loss_mask missing or not (n_seq, 17)"]),
+        ("shard_rows_differ", [train("t32.in", h5store("st32", lambda f: h5_replace(f, "segment_ids", f["segment_ids"][:-1])))], 1,
+         [re.compile(r"st32/train_00000\.h5: /segment_ids has [0-9]+ rows, /tokens [0-9]+")]),
+    ]
     if tokens is not None:
         cases.append(("shard_sha256", [train("t8.in", copy_store("st8", shard=flip(tokens + 100)))], 1,
                       ["st8/train.json: shard 'train_00000.h5': dataset 'tokens' does not match its SHA-256 in the manifest: "
@@ -784,6 +815,37 @@ def ckpt_cases():
          ["train_00000.h5: not an fmhpc checkpoint (no format = 'fmhpc-ckpt' attribute)",
           "hint: a model is an fmhpc checkpoint (step_N.h5) or an HF directory"]),
     ]
+    def h5ckpt(name, edit):
+        dst = os.path.join(tmp, name)
+        shutil.copyfile(step2, dst)
+        return h5_edit(dst, edit)
+
+    def deck_attr(f, text):
+        f.attrs.modify("deck", text)  # keeps the attribute's type (fmhpc writes an ASCII variable-length string)
+
+    stored = None
+    try:
+        import h5py
+        with h5py.File(step2, "r") as f:
+            stored = f.attrs["deck"]
+        stored = stored.decode() if isinstance(stored, bytes) else str(stored)
+    except ImportError:
+        if os.environ.get("CI") == "true":
+            raise
+    if stored is not None:
+        cases += [
+            ("resume_dataset_shape", [resume("ck30.in", h5ckpt("k30.h5", lambda f: h5_replace(f, "params/wte", f["params/wte"][()].reshape(-1))))], 1,
+             [re.compile(r"k30\.h5: dataset /?params/wte does not have the model's shape \([0-9]+ elements in 2 dims expected\): "
+                         r"the checkpoint is from a different model or deck")]),
+            ("resume_dataset_no_sha256", [resume("ck31.in", h5ckpt("k31.h5", lambda f: f["params/wte"].attrs.__delitem__("sha256")))], 1,
+             [re.compile(r"k31\.h5: dataset /?params/wte has no sha256 attribute")]),
+            ("resume_no_deck", [resume("ck32.in", h5ckpt("k32.h5", lambda f: f.attrs.__delitem__("deck")))], 0,
+             ["resume: " + os.path.join(tmp, "k32.h5") + " stores no deck: model and optimizer keys cannot be compared"]),
+            ("resume_deck_unknown_keys", [resume("ck33.in", h5ckpt("k33.h5", lambda f: deck_attr(f, stored + "\n&model future_key = 1 /\n")))], 0,
+             ["resume: the deck stored in " + os.path.join(tmp, "k33.h5") + " has keys this version does not know: the others are compared"]),
+        ]
+    else:
+        print("SKIP resume_dataset_*, resume_*deck*: h5py is missing")
     if params is not None and moments is not None:
         cases += [
             ("resume_params_sha256", [resume("ck6.in", ckpt("k6.h5", flip(params + 10)))], 1,

@@ -190,30 +190,37 @@ static float add_block(int64_t *restrict dst, const float *restrict src, int64_t
   return amax;
 }
 
-void fm_reduce_add(FmReduce *g, const float *grad) {
-  /* Walk rank shards (padded layout) block by block; shards start on block
-   * boundaries, so a block never straddles two shards. */
+/* Quantise grad[lo, hi), a range inside rank r's shard, into r's slot of the
+ * accumulator: the blocks it touches, each cut to the range (add_block on a
+ * part of a block gives the part's integers, maxima and flags: a max and an OR
+ * do not depend on how the block is cut; shards start on block boundaries, so
+ * a block never straddles two shards). */
+static void quantise_range(FmReduce *g, const float *grad, int r, int64_t lo, int64_t hi) {
+  if (lo >= hi) return;
   int32_t overflow = 0;
   int64_t first = INT64_MAX;
-  for (int r = 0; r < g->P; r++) {
-    const int64_t lo = g->lo[r], hi = g->hi[r];
-    const int64_t b0 = lo / FM_DIST_BLOCK, b1 = (hi + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
-#pragma omp parallel for schedule(static) reduction(| : overflow) reduction(min : first)
-    for (int64_t b = b0; b < b1; b++) {
-      const int64_t i0 = b * FM_DIST_BLOCK, i1 = i0 + FM_DIST_BLOCK < hi ? i0 + FM_DIST_BLOCK : hi;
-      int32_t of = 0;
-      int64_t bad = -1;
-      float a = add_block(g->acc + (int64_t)r * g->S + (i0 - lo), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
-      if (a > g->amax[b]) g->amax[b] = a;
-      overflow |= of;
-      if (bad >= 0 && i0 + bad < first) first = i0 + bad;
-    }
+  const int64_t b0 = lo / FM_DIST_BLOCK, b1 = (hi - 1) / FM_DIST_BLOCK + 1;
+#pragma omp parallel for schedule(static) reduction(| : overflow) reduction(min : first) if (b1 - b0 > 1)
+  for (int64_t b = b0; b < b1; b++) {
+    const int64_t i0 = b * FM_DIST_BLOCK > lo ? b * FM_DIST_BLOCK : lo;
+    const int64_t i1 = (b + 1) * FM_DIST_BLOCK < hi ? (b + 1) * FM_DIST_BLOCK : hi;
+    int32_t of = 0;
+    int64_t bad = -1;
+    float a =
+        add_block(g->acc + (int64_t)r * g->S + (i0 - g->lo[r]), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
+    if (a > g->amax[b]) g->amax[b] = a;
+    overflow |= of;
+    if (bad >= 0 && i0 + bad < first) first = i0 + bad;
   }
   g->overflow |= overflow;
   if (first != INT64_MAX) {
     g->nonfinite = 1;
     if (first < g->first_bad) g->first_bad = first;
   }
+}
+
+void fm_reduce_add(FmReduce *g, const float *grad) {
+  for (int r = 0; r < g->P; r++) quantise_range(g, grad, r, g->lo[r], g->hi[r]);
 }
 
 /* The rank whose shard holds element i. */
@@ -228,30 +235,8 @@ void fm_reduce_bucket(FmReduce *g, const float *grad, int64_t lo, int64_t hi) {
     fm_abort_one(1, "fm_reduce_bucket: [%lld, %lld) of %lld, %s (a programming error)", (long long)lo, (long long)hi,
                  (long long)g->n, g->exact ? "on the device path" : "fast mode");
   if (lo == hi) return;
-  /* The blocks the range touches, each cut to the range: add_block on a part
-   * of a block gives the part's integers, maxima and flags (a max and an OR
-   * do not depend on how the block is cut). */
-  int32_t overflow = 0;
-  int64_t first = INT64_MAX;
-  const int64_t b0 = lo / FM_DIST_BLOCK, b1 = (hi - 1) / FM_DIST_BLOCK + 1;
-#pragma omp parallel for schedule(static) reduction(| : overflow) reduction(min : first) if (b1 - b0 > 1)
-  for (int64_t b = b0; b < b1; b++) {
-    const int64_t i0 = b * FM_DIST_BLOCK > lo ? b * FM_DIST_BLOCK : lo;
-    const int64_t i1 = (b + 1) * FM_DIST_BLOCK < hi ? (b + 1) * FM_DIST_BLOCK : hi;
-    const int r = owner_of(g, i0);
-    int32_t of = 0;
-    int64_t bad = -1;
-    float a =
-        add_block(g->acc + (int64_t)r * g->S + (i0 - g->lo[r]), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
-    if (a > g->amax[b]) g->amax[b] = a;
-    overflow |= of;
-    if (bad >= 0 && i0 + bad < first) first = i0 + bad;
-  }
-  g->overflow |= overflow;
-  if (first != INT64_MAX) {
-    g->nonfinite = 1;
-    if (first < g->first_bad) g->first_bad = first;
-  }
+  for (int r = owner_of(g, lo); r < g->P && g->lo[r] < hi; r++)
+    quantise_range(g, grad, r, lo > g->lo[r] ? lo : g->lo[r], hi < g->hi[r] ? hi : g->hi[r]);
   g->bucketed += hi - lo;
   if (!g->osum && g->P > 1) g->osum = fm_comm_osum_create(g->comm); /* its staging: only once buckets are used */
   if (!g->osum) return;                                             /* one rank: the accumulator is the shard */

@@ -405,6 +405,16 @@ def hf_dir(name, header=None, data=None, raw_header=None, raw_file=None, config=
     return d
 
 
+def symlinked_hf(name, target):
+    """An out_dir whose hf/ is a symlink to target (an existing directory): export's mkdirs accepts it."""
+    d = os.path.join(tmp, name)
+    os.makedirs(d, exist_ok=True)
+    link = os.path.join(d, "hf")
+    if not os.path.islink(link):
+        os.symlink(target, link)
+    return d
+
+
 def hf_index(name, index):
     """An HF directory with config.json and a model.safetensors.index.json (a sharded model's)."""
     d = hf_dir(name, safetensors=False)
@@ -540,6 +550,11 @@ def interop_cases():
           "hint: set &model tie_embeddings = .false. (and tie_word_embeddings false in config.json)"]),
         ("export_unwritable", [deck("ix12.in", f"&run task='export' out_dir='/proc/nope' /\n{MODEL[:-2]} init_from='{fx}/run/final' /\n")], 1,
          ["/proc/nope/hf: cannot create directory: No such file or directory"]),
+        # out_dir/hf a symlink to a directory nobody may create files in (sysfs refuses root too)
+        ("export_unwritable_dir", [deck("ix13.in", f"&run task='export' out_dir='{symlinked_hf('x13', '/sys/kernel')}' /\n"
+                                        f"{MODEL[:-2]} init_from='{fx}/run/final' /\n")], 1,
+         [re.compile(r"x13/hf/model\.safetensors\.tmp\.[0-9]+: cannot create: (Permission denied|Read-only file system)"),
+          "hint: does the directory exist and is it writable?"]),
         ("config_missing", [generate("c14.in", os.path.join(tmp, "nodir"))], 1,
          ["nodir/config.json: cannot open: No such file or directory",
           "hint: a Hugging Face model directory has config.json and model.safetensors"]),

@@ -197,20 +197,32 @@ static int attr_read_str(hid_t obj, const char *name, char *buf, size_t n) {
   return rc;
 }
 
-/* A variable-length string attribute (attr_vlstr), malloc'd; NULL if absent
- * or of another type. */
+/* A string attribute, malloc'd; NULL if absent or not one string. fmhpc
+ * writes an ASCII variable-length string (attr_vlstr); other writers' forms
+ * are read too: h5py's default for str is variable-length UTF-8, and
+ * numpy bytes are fixed-length (HDF5 does not convert between character
+ * sets, so the memory type takes the file's). */
 static char *attr_read_vlstr(hid_t obj, const char *name) {
   if (H5Aexists(obj, name) <= 0) return NULL;
   hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
   if (a < 0) return NULL;
-  hid_t ft = H5Aget_type(a), t = H5Tcopy(H5T_C_S1), sp = H5Aget_space(a);
-  char *v = NULL, *out = NULL;
+  hid_t ft = H5Aget_type(a), t = ft >= 0 ? H5Tcopy(ft) : -1, sp = H5Aget_space(a);
+  char *out = NULL;
   int one = sp >= 0 && H5Sget_simple_extent_npoints(sp) == 1; /* an array would overrun v */
   if (sp >= 0) H5Sclose(sp);
-  if (one && ft >= 0 && t >= 0 && H5Tis_variable_str(ft) > 0 && H5Tset_size(t, H5T_VARIABLE) >= 0 &&
-      H5Aread(a, t, &v) >= 0 && v) {
-    out = fm_xstrdup(v);
-    H5free_memory(v);
+  if (one && t >= 0 && H5Tget_class(ft) == H5T_STRING) {
+    if (H5Tis_variable_str(ft) > 0) {
+      char *v = NULL;
+      if (H5Aread(a, t, &v) >= 0 && v) out = fm_xstrdup(v);
+      if (v) H5free_memory(v);
+    } else {
+      const size_t sz = H5Tget_size(ft);
+      char *v = sz > 0 ? fm_xcalloc(sz + 1, 1) : NULL;
+      if (v && H5Aread(a, t, v) >= 0)
+        out = v; /* NUL-terminated by the extra byte */
+      else
+        free(v);
+    }
   }
   if (t >= 0) H5Tclose(t);
   if (ft >= 0) H5Tclose(ft);
@@ -263,8 +275,8 @@ static int dset_io(H5 *h, int rw, const char *name, int ndim, const int64_t *sha
   if (rw == 'w') {
     fsp = H5Screate_simple(ndim, shape, NULL);
     dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (fsp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0 ||
-        H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 || H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
+    if (fsp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
+        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
       goto done;
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) goto done;
@@ -287,8 +299,10 @@ static int dset_io(H5 *h, int rw, const char *name, int ndim, const int64_t *sha
     int same = nd == ndim && nd <= FM_MAX_DIMS && H5Sget_simple_extent_dims(fsp, got, NULL) == nd;
     for (int q = 0; same && q < nd; q++) same = got[q] == shape[q];
     if (!same) {
-      snprintf(h->why, WHY, "%s: dataset %s does not have the model's shape (%lld elements in %d dims expected): "
-               "the checkpoint is from a different model or deck", h->path, name, (long long)(y > x ? y : x), ndim);
+      snprintf(h->why, WHY,
+               "%s: dataset %s does not have the model's shape (%lld elements in %d dims expected): "
+               "the checkpoint is from a different model or deck",
+               h->path, name, (long long)(y > x ? y : x), ndim);
       rc = FM_ECKPT;
       goto done;
     }
@@ -344,8 +358,9 @@ static int array_io(H5 *h, int rw, const char *group, const FmTensorTable *tab, 
     rc = agree(h->comm, array_digests(tab, base, lo, hi, h->comm, hex), h->why);
     for (int i = 0; i < tab->n && !rc; i++) {
       if (strcmp(hex[i], stored[i]) == 0) continue;
-      snprintf(h->why, WHY, "%s: dataset %s/%s: SHA-256 mismatch (stored %.16s..., computed %.16s...): the file is corrupt",
-               h->path, group, tab->t[i].name, stored[i], hex[i]);
+      snprintf(h->why, WHY,
+               "%s: dataset %s/%s: SHA-256 mismatch (stored %.16s..., computed %.16s...): the file is corrupt", h->path,
+               group, tab->t[i].name, stored[i], hex[i]);
       rc = FM_ECKPT;
     }
   }
@@ -367,8 +382,9 @@ static int small_io(H5 *h, int rw, const char *name, void *data, int64_t n, int 
   if (!rc && rw == 'r') {
     local_digest(data, n, is_f64 ? 8 : 4, hex);
     if (strcmp(hex, stored) != 0) {
-      snprintf(h->why, WHY, "%s: dataset %s: SHA-256 mismatch (stored %.16s..., computed %.16s...): the file is corrupt",
-               h->path, name, stored, hex);
+      snprintf(h->why, WHY,
+               "%s: dataset %s: SHA-256 mismatch (stored %.16s..., computed %.16s...): the file is corrupt", h->path,
+               name, stored, hex);
       rc = FM_ECKPT;
     }
   }
@@ -537,10 +553,12 @@ static int body_io(H5 *h, int rw, FmCkptState *s) {
   const char *kill = getenv("FMHPC_CKPT_TEST_KILL_AT");
   for (int i = 0; i < d->n && !rc; i++) {
     const FmDistEntry *e = &d->e[i];
-    if (e->layout == FM_DIST_FLAT_SHARD) rc = array_io(h, rw, e->name, d->params, e->data, d->lo, d->hi);
+    if (e->layout == FM_DIST_FLAT_SHARD)
+      rc = array_io(h, rw, e->name, d->params, e->data, d->lo, d->hi);
     else if (rw == 'r' && s->scales_skipped && !strcmp(e->name, "reduce/amax_prev"))
       continue;
-    else rc = small_io(h, rw, e->name, e->data, e->n, e->layout == FM_DIST_WHOLE_F64);
+    else
+      rc = small_io(h, rw, e->name, e->data, e->n, e->layout == FM_DIST_WHOLE_F64);
     if (i == 0 && rw == 'w' && kill && atoll(kill) == s->step && h->comm->rank == h->comm->size - 1) {
       fprintf(stderr, "FMHPC_CKPT_TEST_KILL_AT=%s: rank %d kills itself mid-write of %s\n", kill, h->comm->rank,
               h->path);
@@ -621,8 +639,10 @@ static int only_run(char **paths, int n, const char *id) {
   for (int i = 0; i < n; i++) {
     char fid[FM_CKPT_RUN_ID_LEN];
     file_run_id(paths[i], fid);
-    if (strcmp(fid, id) == 0) paths[m++] = paths[i];
-    else free(paths[i]);
+    if (strcmp(fid, id) == 0)
+      paths[m++] = paths[i];
+    else
+      free(paths[i]);
   }
   return m;
 }
@@ -830,7 +850,8 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
   if (h.dxpl >= 0) H5Pclose(h.dxpl);
   if (h.f >= 0) { /* collective: every rank closes, whatever happened */
     const int e = H5Fclose(h.f) < 0;
-    if (e && !rc) snprintf(h.why, WHY, "%s: closing (flushing) the file failed (disk full or quota exceeded?)", partial);
+    if (e && !rc)
+      snprintf(h.why, WHY, "%s: closing (flushing) the file failed (disk full or quota exceeded?)", partial);
     rc = agree(comm, rc ? rc : e ? FM_EIO : 0, h.why);
   }
   H5Eset_auto2(H5E_DEFAULT, efunc, edata);
@@ -914,8 +935,10 @@ static int auto_candidates(const char *dir, char ***out) {
   for (int i = 0; i < n; i++) {
     long long st = 0;
     step_of(strrchr(all[i], '/') + 1, ".h5", &st);
-    if (st < newest) (*out)[m++] = all[i];
-    else free(all[i]);
+    if (st < newest)
+      (*out)[m++] = all[i];
+    else
+      free(all[i]);
   }
   free(all);
   return m;
@@ -927,9 +950,10 @@ static void say_found(const char *dir, const char *why) {
   char **paths = NULL;
   int n = fm_ckpt_list(dir, &paths);
   if (n > 0)
-    fm_warn0("%s: %s already holds %d checkpoint%s (newest %s); this run starts at step 0 with a new run id: "
-             "retention and resume = 'auto' consider only its own checkpoints, its first one moves `latest`",
-             why, dir, n, n == 1 ? "" : "s", strrchr(paths[0], '/') + 1);
+    fm_warn0(
+        "%s: %s already holds %d checkpoint%s (newest %s); this run starts at step 0 with a new run id: "
+        "retention and resume = 'auto' consider only its own checkpoints, its first one moves `latest`",
+        why, dir, n, n == 1 ? "" : "s", strrchr(paths[0], '/') + 1);
   free_list(paths, n);
 }
 
@@ -978,8 +1002,9 @@ int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *
   }
   if (fm_strcasecmp(resume, "auto") != 0) {
     int rc = fm_ckpt_read(resume, s, comm, why, sizeof why);
-    if (rc && err) fprintf(err, "fmhpc: &ckpt resume = '%s': %s\nhint: resume = 'auto' takes the newest valid one in %s\n",
-                           resume, why, dir);
+    if (rc && err)
+      fprintf(err, "fmhpc: &ckpt resume = '%s': %s\nhint: resume = 'auto' takes the newest valid one in %s\n", resume,
+              why, dir);
     if (!rc) snprintf(loaded, loaded_len, "%s", resume);
     return rc;
   }
@@ -992,14 +1017,19 @@ int fm_ckpt_resume(const char *resume, const char *dir, FmCkptState *s, FmComm *
     char *p = comm->rank == 0 && paths ? paths[i] : NULL;
     fm_comm_bcast_str(comm, &p, 0);
     rc = fm_ckpt_read(p, s, comm, why, sizeof why);
-    if (rc) fm_warn0("resume: skipping %s: %s", p, why);
-    else snprintf(loaded, loaded_len, "%s", p);
+    if (rc)
+      fm_warn0("resume: skipping %s: %s", p, why);
+    else
+      snprintf(loaded, loaded_len, "%s", p);
     if (comm->rank != 0) free(p);
   }
   if (comm->rank == 0) free_list(paths, n);
   if (n > 0 && rc) {
-    if (err) fprintf(err, "fmhpc: &ckpt resume = 'auto': none of the %d checkpoints in %s is valid (see above)\n"
-                          "hint: resume = 'none' starts over; resume = 'PATH' names one file\n", (int)n, dir);
+    if (err)
+      fprintf(err,
+              "fmhpc: &ckpt resume = 'auto': none of the %d checkpoints in %s is valid (see above)\n"
+              "hint: resume = 'none' starts over; resume = 'PATH' names one file\n",
+              (int)n, dir);
     return FM_ECKPT;
   }
   return rc;

@@ -838,6 +838,14 @@ def ckpt_cases():
     def deck_attr(f, text):
         f.attrs.modify("deck", text)  # keeps the attribute's type (fmhpc writes an ASCII variable-length string)
 
+    def deck_new(f, text, fixed=False):
+        del f.attrs["deck"]
+        if fixed:
+            import numpy
+            f.attrs["deck"] = numpy.bytes_(text)
+        else:
+            f.attrs["deck"] = text
+
     stored = None
     try:
         import h5py
@@ -858,6 +866,12 @@ def ckpt_cases():
              ["resume: " + os.path.join(tmp, "k32.h5") + " stores no deck: model and optimizer keys cannot be compared"]),
             ("resume_deck_unknown_keys", [resume("ck33.in", h5ckpt("k33.h5", lambda f: deck_attr(f, stored + "\n&model future_key = 1 /\n")))], 0,
              ["resume: the deck stored in " + os.path.join(tmp, "k33.h5") + " has keys this version does not know: the others are compared"]),
+            # other writers' string forms are read, not taken for "no deck": h5py's str (variable-length UTF-8)
+            # and numpy bytes (fixed-length ASCII)
+            ("resume_deck_utf8", [resume("ck34.in", h5ckpt("k34.h5", lambda f: deck_new(f, stored + "\n&model future_key = 1 /\n")))], 0,
+             ["resume: the deck stored in " + os.path.join(tmp, "k34.h5") + " has keys this version does not know: the others are compared"]),
+            ("resume_deck_fixed", [resume("ck35.in", h5ckpt("k35.h5", lambda f: deck_new(f, (stored + "\n&model future_key = 1 /\n").encode(), fixed=True)))], 0,
+             ["resume: the deck stored in " + os.path.join(tmp, "k35.h5") + " has keys this version does not know: the others are compared"]),
         ]
     else:
         print("SKIP resume_dataset_*, resume_*deck*: h5py is missing")

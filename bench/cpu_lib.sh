@@ -13,3 +13,12 @@ if nm -A "$BUILD/libfmhpc_lib.a" 2>/dev/null | grep -q '\.cu\.o:'; then
   echo "bench: $BUILD has CUDA objects; pass a CPU-only build (-DFMHPC_CUDA=OFF) or none" >&2
   exit 2
 fi
+# fm_src_of BUILD_DIR: the source tree a build directory was configured from
+# (its headers must be the ones a benchmark compiles against: the structs and
+# the backend table change between commits);
+# ROOT when the directory has no CMakeCache.txt.
+fm_src_of() {
+  local s
+  s=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$1/CMakeCache.txt" 2>/dev/null)
+  echo "${s:-$ROOT}"
+}

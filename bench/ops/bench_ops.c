@@ -9,15 +9,10 @@
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "fmhpc/tensor.h"
+#include "../bench_util.h"
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 static float *randn(int64_t n) {
   float *x = fm_cpu_alloc(n * (int64_t)sizeof(float));
   uint64_t s = 88172645463325252ull;

@@ -13,31 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <time.h>
 
 #include "fmhpc/dist.h"
 #include "fmhpc/model.h"
 #include "fmhpc/optim.h"
 #include "fmhpc/rng.h"
 #include "fmhpc/runtime.h"
+#include "../bench_util.h"
 
 void openblas_set_num_threads(int);
-
-/* user + system CPU seconds of the process (all threads): on a shared,
- * loaded machine the wall clock counts time the process was not running */
-static double cpu_now(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
-}
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* Best of 5 multi-threaded OpenBLAS sgemm at 2048^3: the machine's fp32 roof
  * as far as this process can reach it. */

@@ -21,8 +21,8 @@ THREADS="${2:-$(nproc)}"
 STEPS="${3:-5}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-build_bench() { # LIBDIR OUTPUT
-  mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" $(pkg-config --cflags openblas) \
+build_bench() { # LIBDIR OUTPUT: compiled against LIBDIR's own source tree's headers
+  mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$(fm_src_of "$1")/include" $(pkg-config --cflags openblas) \
     "$ROOT/bench/step_cpu/bench_step.c" "$1/libfmhpc_lib.a" \
     $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$2"
 }

@@ -7,16 +7,10 @@
  * long-running prep job would be warm. */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fmhpc/core.h"
 #include "fmhpc/tokenizer.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "../bench_util.h"
 
 int main(int argc, char **argv) {
   if (argc < 3) return fprintf(stderr, "usage: bench_tokenize TOKENIZER REPS < list\n"), 2;
@@ -36,14 +30,14 @@ int main(int argc, char **argv) {
   int64_t cap = 0, ntok = 0;
   double t0 = 0;
   for (int r = -1; r < reps; r++) { /* r == -1: warm-up pass */
-    if (r == 0) t0 = now_s(), ntok = 0;
+    if (r == 0) t0 = now(), ntok = 0;
     for (size_t i = 0; i < ndoc; i++) {
       int64_t n = 0;
       fm_tok_encode(tok, doc[i], len[i], false, &ids, &n, &cap);
       ntok += n;
     }
   }
-  double dt = now_s() - t0;
+  double dt = now() - t0;
   printf("fmhpc %s: %zu docs, %zu bytes, %lld tokens, %.3f s, %.0f tokens/s\n", argv[1], ndoc, bytes * (size_t)reps,
          (long long)ntok, dt, (double)ntok / dt);
   for (size_t i = 0; i < ndoc; i++) free(doc[i]);

@@ -32,7 +32,9 @@ typedef struct FmPlan {
    * cross-entropy's scratch, host memory (in the total on the CPU backend). */
   int64_t attn_scratch, gemm_ws, tp_scratch;
   bool on_device;
-  int64_t total; /* with the deck's recompute */
+  bool use_nccl;      /* &parallel comm resolved (fm_comm_choose) */
+  char comm_why[256]; /* and why */
+  int64_t total;      /* with the deck's recompute */
   /* Bytes one rank sends per optimizer step (ring/all-gather algorithms). */
   int64_t tp_act;    /* Megatron activation sums (fm_comm_sum_ordered) */
   int64_t tp_xent;   /* vocab-parallel cross-entropy: max, sum-exp, target logit */

@@ -229,6 +229,17 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   int st = 0;
   const FmBackend *be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &st);
   p->on_device = be && !be->host_accessible;
+  /* &parallel comm, as training resolves it (train.c): 'nccl' where NCCL
+   * cannot carry it is the same deck error here */
+  const char *comm_hint = NULL;
+  int use_nccl = 0;
+  if (be && fm_comm_choose(c->choice[FM_KEY_parallel_comm], p->on_device, &use_nccl, p->comm_why, sizeof p->comm_why,
+                           &comm_hint)) {
+    fm_deck_error(deck, err, FM_KEY_parallel_comm, "%s", p->comm_why);
+    if (err && comm_hint) fprintf(err, "hint: %s\n", comm_hint);
+    return FM_EDECK;
+  }
+  p->use_nccl = use_nccl != 0;
 
   FmTensorTable tab;
   fm_model_param_table(&tab, p->model, &p->dims);
@@ -372,6 +383,7 @@ void fm_plan_print(const FmPlan *p, const FmDeck *deck, FILE *out) {
   int st = 0;
   const FmBackend *be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &st);
   fprintf(out, "backend    %s (%s)\n", be ? be->name : "none: training would stop", why);
+  if (be) fprintf(out, "comm       %s (%s)\n", p->use_nccl ? "nccl" : "mpi", p->comm_why);
   fprintf(out, "parameters %s (%s per rank after the tp split)\n", fm_fmt_count(n1, sizeof n1, p->n_params),
           fm_fmt_count(n2, sizeof n2, p->n_params_rank));
   fprintf(out, "batch      %lld sequences = %lld micro-batches of %lld, %lld per dp rank; %s tokens per step\n",

@@ -70,6 +70,11 @@ fm_cli_test(bad_override RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nan
 # &parallel comm = 'nccl' without the CUDA backend is a clear error before any data is read.
 fm_cli_test(comm_nccl_cpu RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in "parallel%comm='nccl'" "train%backend='cpu'"
             MATCH "&parallel comm = 'nccl': NCCL collectives need the CUDA backend" "hint: comm = 'auto' or 'mpi'")
+# --check resolves &parallel comm as training does: the same error, and the choice printed.
+fm_cli_test(comm_nccl_cpu_check RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in "parallel%comm='nccl'" "train%backend='cpu'"
+            MATCH "&parallel comm = 'nccl': NCCL collectives need the CUDA backend" "hint: comm = 'auto' or 'mpi'")
+fm_cli_test(comm_auto_check RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in "train%backend='cpu'"
+            MATCH "comm       mpi \\(auto: MPI")
 # Every key in keys.def is read by code that acts on it (not only by --check's plan).
 add_test(NAME cli.deck_keys_read COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/keys_read.py ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli.deck_keys_read PROPERTIES LABELS unit TIMEOUT 60)

@@ -117,7 +117,8 @@ int fm_deck_check_bytes(const char *name, const char *text, size_t len, FILE *er
 int fm_deck_validate(const FmDeck *d, FILE *err);
 /* Report a rule broken by a key's value, at that key's origin. */
 void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-/* An input glob of a key that matched no file, reported at the key with a
+/* An input glob of a key that matched no file, or a match that cannot be
+ * read (path, errno: a dangling symlink), reported at the key with a
  * hint; returns FM_EDECK. Shaped as fm_comm_glob's miss callback (runtime.h):
  * ctx is an FmDeckKeyErr. */
 typedef struct FmDeckKeyErr {
@@ -125,7 +126,7 @@ typedef struct FmDeckKeyErr {
   FILE *err; /* NULL: report nothing (ranks other than 0) */
   int key_id;
 } FmDeckKeyErr;
-int fm_deck_glob_miss(void *ctx, int i, const char *pattern);
+int fm_deck_glob_miss(void *ctx, int i, const char *pattern, const char *path, int err);
 
 /* The resolved deck, defaults included, as a deck that can be run again. */
 void fm_deck_write(const FmDeck *d, FILE *out);

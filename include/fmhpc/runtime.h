@@ -134,15 +134,17 @@ int fm_comm_bcast_str(FmComm *c, char **s, int root);
 /* Files named by shell globs, the same list on every rank. Rank 0 expands the
  * patterns with glob(3) (each sorted, in pattern order; blank patterns are
  * skipped), keeps the regular files with their sizes and broadcasts the list.
- * A pattern that matches nothing goes to miss(ctx, i, pattern) on rank 0,
- * which reports it and returns a status (FM_EIO when miss is NULL); the first
- * such status ends the expansion and every rank returns it. */
+ * A pattern that matches no regular file goes to miss(ctx, i, pattern, NULL,
+ * 0) on rank 0, a match that cannot be stat'ed (a dangling symlink) to
+ * miss(ctx, i, pattern, path, errno); miss reports it and returns a status
+ * (FM_EIO when miss is NULL); the first such status ends the expansion and
+ * every rank returns it. */
 typedef struct FmFileList {
   int n;
   char **path;
   int64_t *bytes;
 } FmFileList;
-typedef int (*FmGlobMiss)(void *ctx, int i, const char *pattern);
+typedef int (*FmGlobMiss)(void *ctx, int i, const char *pattern, const char *path, int err);
 int fm_comm_glob(FmComm *c, char *const *patterns, int npatterns, FmGlobMiss miss, void *ctx, FmFileList *out);
 void fm_file_list_free(FmFileList *l);
 

@@ -6,6 +6,7 @@
  * deck-level cross-key rules. The grammar lives in namelist.c; rules that
  * belong to a model, optimizer or data store live in those modules and report
  * through fm_deck_error. */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -809,8 +810,16 @@ void fm_deck_error(const FmDeck *d, FILE *err, int key_id, const char *fmt, ...)
   fm_str_free(&v);
 }
 
-int fm_deck_glob_miss(void *ctx, int i, const char *pattern) {
+int fm_deck_glob_miss(void *ctx, int i, const char *pattern, const char *path, int err) {
   const FmDeckKeyErr *k = ctx;
+  if (path) {
+    fm_deck_error(k->deck, k->err, k->key_id, "'%s' matches %s, which cannot be read: %s", pattern, path,
+                  strerror(err));
+    if (k->err)
+      fprintf(k->err, "hint: a symlink whose target is gone, or a file removed or unreadable: fix or remove it%s\n",
+              err == ENOENT ? " (ls -lL shows dangling links)" : "");
+    return FM_EDECK;
+  }
   fm_deck_error(k->deck, k->err, k->key_id, "'%s' matches no file", pattern);
   if (k->err) fprintf(k->err, "hint: relative globs start in the directory fmhpc runs in\n");
   return FM_EDECK;

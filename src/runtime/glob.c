@@ -2,6 +2,7 @@
  * once for prep, dedup and tokenizer training. Only rank 0 touches the file
  * system, so every rank reads the same files in the same order even where
  * ranks see the directory at different moments. */
+#include <errno.h>
 #include <glob.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,18 +10,29 @@
 
 #include "fmhpc/runtime.h"
 
-/* Rank 0: "bytes path\n" per regular file; the first miss's status. */
+/* Rank 0: "bytes path\n" per regular file; the first miss's status. A
+ * match that cannot be stat'ed (a dangling symlink, a file removed or
+ * unreadable) is a miss naming it, not a file quietly left out; a pattern
+ * whose matches are all directories or other non-files matches no file. */
 static int expand(char *const *pat, int npat, FmGlobMiss miss, void *ctx, FmStr *list) {
   for (int i = 0; i < npat; i++) {
     if (!pat[i] || !pat[i][0]) continue;
     glob_t g;
-    if (glob(pat[i], 0, NULL, &g) != 0) return miss ? miss(ctx, i, pat[i]) : FM_EIO;
-    for (size_t k = 0; k < g.gl_pathc; k++) {
+    if (glob(pat[i], 0, NULL, &g) != 0) return miss ? miss(ctx, i, pat[i], NULL, 0) : FM_EIO;
+    int nfiles = 0, rc = 0;
+    for (size_t k = 0; k < g.gl_pathc && !rc; k++) {
       struct stat st;
-      if (stat(g.gl_pathv[k], &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (stat(g.gl_pathv[k], &st) != 0) {
+        rc = miss ? miss(ctx, i, pat[i], g.gl_pathv[k], errno) : FM_EIO;
+        break;
+      }
+      if (!S_ISREG(st.st_mode)) continue;
       fm_str_printf(list, "%lld %s\n", (long long)st.st_size, g.gl_pathv[k]);
+      nfiles++;
     }
     globfree(&g);
+    if (rc) return rc;
+    if (nfiles == 0) return miss ? miss(ctx, i, pat[i], NULL, 0) : FM_EIO;
   }
   return 0;
 }

@@ -88,6 +88,17 @@ CLI = [
 
 
 
+def dangling(name):
+    """A directory holding b.jsonl and a.jsonl, a symlink to a file that does not exist."""
+    d = os.path.join(tmp, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "b.jsonl"), "w") as f:
+        f.write('{"text": "hello"}\n')
+    if not os.path.islink(os.path.join(d, "a.jsonl")):
+        os.symlink(os.path.join(d, "gone.jsonl"), os.path.join(d, "a.jsonl"))
+    return d
+
+
 def task(name, group, text):
     """A deck of one task: &run task = TASK and the text (its groups)."""
     return deck(name, f"&run task = '{group}' out_dir = '{tmp}/out_{name}' /\n" + text)
@@ -107,6 +118,10 @@ DECK = [
     ("glob_matches_nothing", [deck("glob.in", "&run task='prep' /\n&prep inputs='nothing*.jsonl' tokenizer='x' output='o' /\n")], 2,
      ["glob.in:2:7: &prep inputs = 'nothing*.jsonl': 'nothing*.jsonl' matches no file",
       "hint: relative globs start in the directory fmhpc runs in"]),
+    ("glob_dangling_symlink", [deck("dangle.in", "&run task='prep' /\n&prep inputs='" + dangling("dangle") + "/*.jsonl' tokenizer='x' output='o' /\n")], 2,
+     [re.compile(r"dangle\.in:2:7: &prep inputs = '.*dangle/\*\.jsonl': '.*dangle/\*\.jsonl' matches .*dangle/a\.jsonl, "
+                 r"which cannot be read: No such file or directory"),
+      "hint: a symlink whose target is gone, or a file removed or unreadable: fix or remove it (ls -lL shows dangling links)"]),
     ("values_past_reader_limit", ["--check", deck("many.in", "&optim betas=" + ",".join(["0.9"] * 70000) + " /\n")], 2,
      ["many.in:1:262158: &optim betas: too many values (at most 65536)"]),
     ("out_of_range", ["--check", L, "model%d_model=-1"], 2, ["<command line>:1:15: &model d_model = -1: out of range: must be >= 1"]),

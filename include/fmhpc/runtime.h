@@ -24,6 +24,20 @@ FM_NORETURN void fm_exit_all(int code);
 /* CUDA devices visible to this process: 0 in a build without CUDA and when
  * cudaGetDeviceCount fails (no driver, no GPU: it errors rather than say 0). */
 int fm_runtime_device_count(void);
+/* cudaSetDevice(device) for this process; *now gets cudaGetDevice after it
+ * and bus the device's PCI bus id ("0000:01:00.0"; two ranks of one node
+ * with the same id share one GPU). FM_ECUDA (reported) when the runtime
+ * refuses, FM_EUNSUPPORTED in a build without CUDA. */
+int fm_runtime_set_device(int device, int *now, char *bus, size_t bus_len);
+/* Binds every rank of MPI_COMM_WORLD to its node-local GPU: local rank
+ * (MPI_COMM_TYPE_SHARED) modulo the devices this process sees, so
+ * CUDA_VISIBLE_DEVICES as Slurm sets it is respected (one GPU per task: that
+ * rank's device 0). Collective over the world; the first call binds, later
+ * calls return what it chose. Rank 0 logs one line with every rank's device;
+ * ranks of one node on one GPU (legal, slow) get one warning and *shared = 1
+ * (NCCL refuses it). *device: the index bound. Returns FM_OK, or on every
+ * rank the same error: FM_ENODEV when some rank sees no GPU, FM_ECUDA. */
+int fm_runtime_bind_gpu(int *device, int *shared);
 
 /* Element types (FmDType) are in core.h. Float sums are allowed only where
  * bits don't matter (DESIGN section 6). Reductions reject FM_DT_BF16 and BOR

@@ -206,6 +206,10 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
     return FM_EDECK;
   }
   fm_log0("backend: %s (%s)", be->name, why);
+  if (!be->host_accessible) { /* each rank on its node-local GPU before the model is loaded there */
+    int dev = -1, shared = 0, st_gpu = fm_runtime_bind_gpu(&dev, &shared);
+    if (st_gpu) return st_gpu;
+  }
   const FmModelLoadOpts lo = {be, c->train.micro_batch, false, c->eval.model, false, 0, NULL};
   FmLoadedModel lm;
   int rc = fm_model_load(&lm, deck, &lo, world, err);

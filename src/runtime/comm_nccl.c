@@ -21,6 +21,13 @@
 
 int fm_runtime_device_count(void) { return 0; }
 
+int fm_runtime_set_device(int device, int *now, char *bus, size_t bus_len) {
+  (void)device;
+  if (now) *now = -1;
+  if (bus && bus_len) bus[0] = '\0';
+  return FM_EUNSUPPORTED;
+}
+
 int fm_comm_nccl_built(void) { return 0; }
 
 FmComm *fm_comm_nccl_create(MPI_Comm comm, int device, int *status) {
@@ -43,6 +50,33 @@ int fm_runtime_device_count(void) {
 }
 
 int fm_comm_nccl_built(void) { return 1; }
+
+int fm_runtime_set_device(int device, int *now, char *bus, size_t bus_len) {
+  if (now) *now = -1;
+  if (bus && bus_len) bus[0] = '\0';
+  cudaError_t e = cudaSetDevice(device);
+  int got = -1;
+  if (e == cudaSuccess) e = cudaGetDevice(&got);
+  if (e != cudaSuccess) {
+    fm_err(
+        "cudaSetDevice(%d) failed: %s (CUDA error %d) (%s:%d)\nhint: the rank's node-local GPU is its local rank "
+        "modulo the GPUs it sees (CUDA_VISIBLE_DEVICES)",
+        device, cudaGetErrorString(e), (int)e, __FILE__, __LINE__);
+    (void)cudaGetLastError();
+    return FM_ECUDA;
+  }
+  if (now) *now = got;
+  if (bus && bus_len > 0) {
+    char id[64];
+    if (cudaDeviceGetPCIBusId(id, (int)sizeof id, got) == cudaSuccess) {
+      snprintf(bus, bus_len, "%s", id);
+    } else {
+      (void)cudaGetLastError(); /* unknown bus: sharing is then judged by the index */
+      snprintf(bus, bus_len, "device %d", got);
+    }
+  }
+  return FM_OK;
+}
 
 typedef struct NcclImpl {
   ncclComm_t nccl;

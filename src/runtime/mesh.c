@@ -7,6 +7,7 @@
 #include "fmhpc/runtime.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int fake_ranks_per_node = 0; /* test knob; 0 = the real node split */
@@ -86,6 +87,88 @@ static MPI_Comm node_comm(int world_rank) {
   else
     FM_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &node));
   return node;
+}
+
+/* ---- GPU binding ----------------------------------------------------------- */
+typedef struct {
+  int world_rank, node, device; /* node: its lowest world rank */
+  char bus[32];
+} GpuSeat;
+
+static int bound_device = -2, bound_shared = 0; /* -2: not bound yet */
+
+int fm_runtime_bind_gpu(int *device, int *shared) {
+  if (bound_device != -2) {
+    if (device) *device = bound_device;
+    if (shared) *shared = bound_shared;
+    return bound_device >= 0 ? FM_OK : FM_ENODEV;
+  }
+  int world_rank = 0, world_size = 1, local_rank = 0, local_size = 1;
+  FM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  FM_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size));
+  MPI_Comm node = node_comm(world_rank);
+  FM_CHECK_MPI(MPI_Comm_rank(node, &local_rank));
+  FM_CHECK_MPI(MPI_Comm_size(node, &local_size));
+  GpuSeat me;
+  memset(&me, 0, sizeof me);
+  me.world_rank = world_rank;
+  me.device = -1;
+  FM_CHECK_MPI(MPI_Allreduce(&world_rank, &me.node, 1, MPI_INT, MPI_MIN, node));
+  const int ndev = fm_runtime_device_count();
+  int st = FM_ENODEV;
+  if (ndev > 0)
+    st = fm_runtime_set_device(local_rank % ndev, &me.device, me.bus, sizeof me.bus);
+  else
+    fm_err("rank %d (local rank %d) sees no CUDA device; hint: check CUDA_VISIBLE_DEVICES and the job's GPU request",
+           world_rank, local_rank);
+  int all = st;
+  FM_CHECK_MPI(MPI_Allreduce(&st, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (all != FM_OK) {
+    FM_CHECK_MPI(MPI_Comm_free(&node));
+    return all;
+  }
+  /* Sharing: two ranks of this node on one physical GPU (same bus id). */
+  GpuSeat *seats = fm_xcalloc((size_t)local_size, sizeof *seats);
+  FM_CHECK_MPI(MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, seats, (int)sizeof me, MPI_BYTE, node));
+  int mine = 0;
+  for (int i = 0; i < local_rank; i++)
+    if (strcmp(seats[i].bus, me.bus) == 0) mine = 1;
+  free(seats);
+  FM_CHECK_MPI(MPI_Comm_free(&node));
+  int nshared = 0;
+  FM_CHECK_MPI(MPI_Allreduce(&mine, &nshared, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  GpuSeat *world_seats = world_rank == 0 ? fm_xcalloc((size_t)world_size, sizeof *world_seats) : NULL;
+  FM_CHECK_MPI(MPI_Gather(&me, (int)sizeof me, MPI_BYTE, world_seats, (int)sizeof me, MPI_BYTE, 0, MPI_COMM_WORLD));
+  if (world_rank == 0) {
+    char line[1024];
+    size_t used = 0;
+    int nodes = 0;
+    for (int i = 0; i < world_size; i++) nodes += world_seats[i].node == i;
+    const int shown = world_size < 16 ? world_size : 16;
+    for (int i = 0; i < shown && used < sizeof line; i++) {
+      int w = snprintf(line + used, sizeof line - used, "%s%d:%d (%s)", i ? ", " : "", i, world_seats[i].device,
+                       world_seats[i].bus);
+      if (w < 0) break;
+      used += (size_t)w;
+    }
+    fm_log0(
+        "gpu: %d rank%s on %d node%s, each bound to its node-local GPU (local rank mod the %d it sees); "
+        "rank:device %s%s",
+        world_size, world_size == 1 ? "" : "s", nodes, nodes == 1 ? "" : "s", ndev, line,
+        shown < world_size ? ", ..." : "");
+    free(world_seats);
+  }
+  if (nshared > 0)
+    fm_warn0(
+        "gpu: %d rank%s share%s a GPU with another rank of %s node (more ranks per node than GPUs): legal but "
+        "slow, and comm = 'nccl' refuses it\nhint: one rank per GPU (srun --gpus-per-task=1, or fewer ranks "
+        "per node)",
+        nshared, nshared == 1 ? "" : "s", nshared == 1 ? "s" : "", nshared == 1 ? "its" : "their");
+  bound_device = me.device;
+  bound_shared = nshared > 0;
+  if (device) *device = bound_device;
+  if (shared) *shared = bound_shared;
+  return FM_OK;
 }
 
 /* Every rank learns the first tp group (by dp_rank) whose ranks sit on more

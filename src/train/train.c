@@ -491,8 +491,9 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
    * on the CPU; 'nccl' on the CPU backend is a deck error with a hint. NCCL
    * carries the exact reduction's exchange on the device (fm_reduce_use_nccl);
    * the small host collectives (token counts, losses, norm partials) stay MPI.
-   * Each rank binds the GPU of its local rank (NCCL takes one rank per GPU)
-   * before the model allocates anything there. */
+   * On CUDA, with either comm, each rank binds its node-local GPU
+   * (fm_runtime_bind_gpu; NCCL takes one rank per GPU) before the model
+   * allocates anything there. */
   const char *comm_hint = NULL;
   int comm_rc = fm_comm_choose(c->choice[FM_KEY_parallel_comm], !r->be->host_accessible, &r->use_nccl, why,
                                sizeof why, &comm_hint);
@@ -502,9 +503,18 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
     return FM_EDECK;
   }
   fm_log0("comm: %s (%s)", r->use_nccl ? "nccl" : "mpi", why);
+  if (!r->be->host_accessible) { /* every comm: each rank on its node-local GPU, before anything is allocated */
+    int shared = 0, st = fm_runtime_bind_gpu(&mesh->device, &shared);
+    if (!st && shared && r->use_nccl) {
+      if (err)
+        fprintf(err,
+                "fmhpc: &parallel comm = 'nccl' needs one GPU per rank, and ranks of a node share one (see the "
+                "warning above)\nhint: one rank per GPU, or comm = 'mpi'\n");
+      st = FM_EINVAL;
+    }
+    if (st) return st;
+  }
   if (r->use_nccl) {
-    const int ndev = fm_runtime_device_count();
-    mesh->device = ndev > 0 ? mesh->local_rank % ndev : -1;
     int st = fm_mesh_nccl(mesh);
     if (st) {
       if (err)

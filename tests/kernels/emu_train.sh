@@ -21,6 +21,7 @@
 #          --check plans): the run stops with the report naming the
 #          activations, the bytes asked, --check's figure, free/total, the hint
 #   nccl_shards  a Llama of 2+ parameter blocks: comm='nccl' and 'mpi' at 2 ranks and 1 rank, same bits
+#   gpubind  each rank on its node-local GPU with comm 'mpi' and 'nccl', one GPU per task, sharing
 #   traffic  the host<->device bytes of a steady-state step per named device
 #          buffer (fmhpc_emu's copy counters, FMHPC_EMU_COPY_STATS) at 1 and 2
 #          ranks: no optimizer state, no weights (at 2 ranks exactly the MPI
@@ -271,6 +272,60 @@ print(f"{params} parameters ({(params + 65535) // 65536} blocks); 2 runs compare
 sys.exit(f"FAIL: {bad} mismatch(es)" if bad else 0)
 PY
   echo "PASS: nccl_shards"
+  exit 0
+fi
+if [ "$case_" = gpubind ]; then # each rank binds its node-local GPU, whatever the comm
+  # The emulated runtime (nccl_emu.c) has FMHPC_EMU_GPUS devices and honours FMHPC_EMU_VISIBLE_DEVICES as
+  # the real one honours CUDA_VISIBLE_DEVICES; rank 0's "gpu:" line lists every rank's device as
+  # cudaGetDevice reports it after the binding, with the device's PCI bus id (its physical identity).
+  #   mpi2, nccl2    2 GPUs, 2 ranks: ranks 0 and 1 on devices 0 and 1 (before, comm='mpi' left both on 0)
+  #   pertask        Slurm's one GPU per task (each rank sees only its own: 0 and 1): both device 0, two
+  #                  different bus ids, no sharing warning, and NCCL (which refuses one GPU twice) runs
+  #   shared_mpi     1 GPU, 2 ranks, comm='mpi': both on device 0, one warning, the run trains
+  #   shared_nccl    the same with comm='nccl': refused with a clear message, status != 0
+  D=$WORK/gpubind
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" "${common[@]}" model%n_head=4 model%n_kv_head=2 model%d_ff=64
+        train%steps=1 "data%valid=''" "train%backend='cuda'")
+  run() { # name np comm [env...] -- extra mpiexec args
+    local name=$1 np=$2 comm=$3
+    shift 3
+    timeout -k 5 240 env "$@" "$MPIEXEC" -n "$np" "$EMU" "${args[@]}" "parallel%comm='$comm'" \
+      "run%out_dir='$D/$name'" > "$D/$name.log" 2>&1
+  }
+  for c in mpi nccl; do
+    run ${c}2 2 $c FMHPC_EMU_GPUS=2 || { tail -20 "$D/${c}2.log"; fail "${c}2"; }
+    grep -q "^gpu: 2 ranks on 1 node, .*rank:device 0:0 (0000:00:00.0), 1:1 (0000:01:00.0)$" "$D/${c}2.log" ||
+      { grep gpu "$D/${c}2.log"; fail "${c}2: ranks not on devices 0 and 1"; }
+    ! grep -q "a GPU with another rank" "$D/${c}2.log" || fail "${c}2: a sharing warning with one GPU per rank"
+  done
+  # one GPU per task, as srun --gpus-per-task=1 sets CUDA_VISIBLE_DEVICES (MPMD: one environment per rank)
+  timeout -k 5 240 env FMHPC_EMU_GPUS=2 "$MPIEXEC" -n 1 env FMHPC_EMU_VISIBLE_DEVICES=0 "$EMU" "${args[@]}" \
+    "parallel%comm='nccl'" "run%out_dir='$D/pertask'" : -n 1 env FMHPC_EMU_VISIBLE_DEVICES=1 "$EMU" "${args[@]}" \
+    "parallel%comm='nccl'" "run%out_dir='$D/pertask'" > "$D/pertask.log" 2>&1 ||
+    { tail -20 "$D/pertask.log"; fail "pertask"; }
+  grep -q "rank:device 0:0 (0000:00:00.0), 1:0 (0000:01:00.0)$" "$D/pertask.log" ||
+    { grep gpu "$D/pertask.log"; fail "pertask: not each on its own device 0"; }
+  ! grep -q "a GPU with another rank" "$D/pertask.log" || fail "pertask: a sharing warning"
+  run shared_mpi 2 mpi FMHPC_EMU_GPUS=1 || { tail -20 "$D/shared_mpi.log"; fail "shared_mpi"; }
+  grep -q "rank:device 0:0 (0000:00:00.0), 1:0 (0000:00:00.0)$" "$D/shared_mpi.log" || fail "shared_mpi: devices"
+  w="gpu: 1 rank shares a GPU with another rank of its node (more ranks per node than GPUs): legal but slow, and comm = 'nccl' refuses it"
+  [ "$(grep -cF "$w" "$D/shared_mpi.log")" = 1 ] ||
+    { cat "$D/shared_mpi.log"; fail "shared_mpi: not exactly one sharing warning"; }
+  if run shared_nccl 2 nccl FMHPC_EMU_GPUS=1; then fail "shared_nccl: two ranks on one GPU over NCCL ran"; fi
+  grep -qF "fmhpc: &parallel comm = 'nccl' needs one GPU per rank, and ranks of a node share one (see the warning above)" "$D/shared_nccl.log" ||
+    { tail -20 "$D/shared_nccl.log"; fail "shared_nccl: no clear message"; }
+  # no device, and a device the runtime refuses: each stops with its message
+  if run nodev 1 mpi FMHPC_EMU_GPUS=0; then fail "nodev: ran without a device"; fi
+  grep -qF "rank 0 (local rank 0) sees no CUDA device; hint: check CUDA_VISIBLE_DEVICES and the job's GPU request" "$D/nodev.log" ||
+    { tail -20 "$D/nodev.log"; fail "nodev: no message"; }
+  if run setfail 1 mpi FMHPC_EMU_FAIL=cudaSetDevice; then fail "setfail: ran though cudaSetDevice failed"; fi
+  grep -qE "cudaSetDevice\(0\) failed: invalid device ordinal \(CUDA error 101\) \(.*comm_nccl.c:[0-9]+\)" \
+    "$D/setfail.log" || { tail -20 "$D/setfail.log"; fail "setfail: no message"; }
+  for n in mpi2 nccl2 pertask shared_mpi; do
+    [ -f "$D/$n/summary.json" ] || fail "$n: no summary.json (the run did not finish)"
+  done
+  echo "PASS: gpubind (mpi and nccl at 2 ranks on devices 0 and 1; one GPU per task; shared: warned, NCCL refused)"
   exit 0
 fi
 if [ "$case_" = traffic ]; then # what a training step moves between host and device

@@ -68,12 +68,44 @@ static cudaError_t cuda_ret(cudaError_t e) {
   return e;
 }
 
-static int device_count(void) {
+static int machine_devices(void) {
   const char *e = getenv("FMHPC_EMU_GPUS");
   if (!e || !e[0]) return 8;
   char *end = NULL;
   long n = strtol(e, &end, 10);
   return end && *end == '\0' && n >= 0 && n <= 1024 ? (int)n : 0;
+}
+
+/* The physical device behind visible index `i` (FMHPC_EMU_VISIBLE_DEVICES,
+ * as CUDA_VISIBLE_DEVICES: the list up to its first invalid entry), or -1;
+ * *count gets the number visible. */
+static int visible(int i, int *count) {
+  const int n = machine_devices();
+  const char *e = getenv("FMHPC_EMU_VISIBLE_DEVICES");
+  if (!e) {
+    if (count) *count = n;
+    return i >= 0 && i < n ? i : -1;
+  }
+  int k = 0, phys = -1;
+  const char *p = e;
+  while (*p) {
+    char *end = NULL;
+    long d = strtol(p, &end, 10);
+    if (end == p || d < 0 || d >= n) break;
+    if (k == i) phys = (int)d;
+    k++;
+    p = end;
+    if (*p != ',') break;
+    p++;
+  }
+  if (count) *count = k;
+  return phys;
+}
+
+static int device_count(void) {
+  int n = 0;
+  (void)visible(0, &n);
+  return n;
 }
 
 cudaError_t cudaGetDeviceCount(int *count) {
@@ -116,6 +148,14 @@ cudaError_t cudaSetDevice(int device) {
 
 cudaError_t cudaGetDevice(int *device) {
   *device = current_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+  const int phys = visible(device, NULL);
+  if (!pciBusId || len < 13) return cuda_ret(cudaErrorInvalidValue);
+  if (phys < 0) return cuda_ret(cudaErrorInvalidDevice);
+  snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", phys);
   return cudaSuccess;
 }
 
@@ -298,7 +338,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   if (mrc != MPI_SUCCESS || c == MPI_COMM_NULL) return ncclSystemError;
   MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
   /* One device per rank on a host (NCCL's "Duplicate GPU detected"): every
-   * member sees every (host, device) pair, so all agree on the verdict. */
+   * member sees every (host, physical device) pair, so all agree on the
+   * verdict; ranks that each see one other GPU as device 0 do not clash. */
   typedef struct {
     char host[MPI_MAX_PROCESSOR_NAME];
     int device;
@@ -308,7 +349,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   memset(&me, 0, sizeof me);
   int len = 0;
   MPI_Get_processor_name(me.host, &len);
-  me.device = current_device;
+  me.device = visible(current_device, NULL);
   MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all, (int)sizeof me, MPI_BYTE, c);
   int dup_a = -1, dup_b = -1;
   for (int i = 0; i < nranks && dup_a < 0; i++)
@@ -321,7 +362,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
   if (dup_a >= 0) {
     char why[160];
     snprintf(why, sizeof why, "Duplicate GPU detected : rank %d and rank %d both on CUDA device %d", dup_a, dup_b,
-             me.device);
+             current_device);
     MPI_Comm_free(&c);
     return warn(ncclInvalidUsage, "ncclCommInitRank", why);
   }

@@ -7,7 +7,10 @@
  * CUDA runtime linked beside it (FMHPC_CUDA=ON) sees no clash.
  *
  * The emulated machine has FMHPC_EMU_GPUS devices (default 8; 0 makes
- * cudaGetDeviceCount fail as on a node without a GPU). */
+ * cudaGetDeviceCount fail as on a node without a GPU). FMHPC_EMU_VISIBLE_DEVICES
+ * (a comma-separated list of those, as Slurm sets CUDA_VISIBLE_DEVICES, e.g.
+ * one GPU per task) restricts what this process sees and renumbers it from 0;
+ * its own name, so a real CUDA_VISIBLE_DEVICES cannot change the emulator. */
 #ifndef FMHPC_EMU_FAKE_CUDA_RUNTIME_API_H
 #define FMHPC_EMU_FAKE_CUDA_RUNTIME_API_H
 
@@ -41,6 +44,7 @@ typedef struct FmEmuStream *cudaStream_t;
 #define cudaGetErrorString    fm_emu_cudaGetErrorString
 #define cudaSetDevice         fm_emu_cudaSetDevice
 #define cudaGetDevice         fm_emu_cudaGetDevice
+#define cudaDeviceGetPCIBusId fm_emu_cudaDeviceGetPCIBusId
 #define cudaMalloc            fm_emu_cudaMalloc
 #define cudaFree              fm_emu_cudaFree
 #define cudaMemset            fm_emu_cudaMemset
@@ -55,6 +59,8 @@ cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaSetDevice(int device);
 cudaError_t cudaGetDevice(int *device);
+/* "0000:XX:00.0" with XX the emulated physical device (hex). */
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device);
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemset(void *p, int value, size_t bytes);

@@ -492,6 +492,13 @@ void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_
           p->deck->c.prep.format);
   fprintf(o, "time         %.1f s\n", secs);
   fflush(o);
+  if (tot[ST_docs_train] == 0) /* a store training cannot use: said, not left to the training run */
+    fm_warn0(
+        "prep: the train split holds no document: %lld records read, %lld shorter than min_chars = %lld, "
+        "%lld longer than max_chars = %lld, %lld bad records skipped, %lld documents to valid\n"
+        "hint: check &prep text_field / mode against the JSONL, min_chars, max_chars and valid_fraction",
+        (long long)tot[ST_records], (long long)tot[ST_too_short], (long long)p->min_chars, (long long)tot[ST_too_long],
+        (long long)p->max_chars, (long long)tot[ST_bad_skipped], (long long)tot[ST_docs_valid]);
 }
 
 /* The prep settings a resumed run must share with the killed one. */

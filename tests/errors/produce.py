@@ -321,6 +321,10 @@ DATA = [
      ["bad2.jsonl:2: column 10: malformed JSON: bad number", HINT_BAD]),
     ("prep_skip_bad_json", [prep("p1b.in", BAD2, "on_bad_record='skip'")], 0,
      ["bad2.jsonl:2: skipped: column 10: malformed JSON: bad number"]),
+    ("prep_empty_train_split", [prep("p0.in", jsonl("a0.jsonl", ['{"text": "short"}\n']))], 0,
+     ["prep: the train split holds no document: 1 records read, 1 shorter than min_chars = 50, 0 longer than "
+      "max_chars = 2000000, 0 bad records skipped, 0 documents to valid",
+      "hint: check &prep text_field / mode against the JSONL, min_chars, max_chars and valid_fraction"]),
     ("prep_record_not_object", [prep("p2.in", jsonl("a2.jsonl", ['[1]\n']))], 1,
      ["a2.jsonl:1: the record is a JSON array, expected an object", HINT_BAD]),
     ("prep_text_not_string", [prep("p3.in", jsonl("a3.jsonl", ['{"text": 5}\n']))], 1,

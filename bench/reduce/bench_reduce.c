@@ -10,6 +10,8 @@
  * backward pass; here back to back, with no backward to hide behind: the raw
  * cost of that schedule). Run under mpirun by run.sh.
  *   bench_reduce N_PARAMS REPS
+ * Built with -DFMHPC_BENCH_NO_BUCKETS against a tree without fm_reduce_bucket
+ * (an earlier commit, bench/before_after.sh): no bucket timing (printed as 0).
  * rank 0 prints ms per exchange for each (wall: the slowest rank; CPU seconds
  * summed over ranks beside it: on a loaded machine the wall clock counts time
  * a rank was not running) and the ratios. */
@@ -17,30 +19,28 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 
 #include "fmhpc/dist.h"
 #include "fmhpc/rng.h"
+#include "../bench_util.h"
 
 enum { BUCKETS = 14 }; /* GPT-2's 12 blocks, the embeddings, the final norm */
-
-static double cpu_now(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec +
-         1e-6 * (double)u.ru_stime.tv_usec;
-}
 
 typedef struct {
   double wall, cpu; /* best repetition's wall (max over ranks) and its CPU seconds (sum over ranks) */
 } Timing;
 
 static void add_grad(FmReduce *red, const float *grad, bool buckets) {
+#ifdef FMHPC_BENCH_NO_BUCKETS
+  (void)buckets;
+  fm_reduce_add(red, grad);
+#else
   if (!buckets) {
     fm_reduce_add(red, grad);
     return;
   }
   for (int b = BUCKETS; b > 0; b--) fm_reduce_bucket(red, grad, red->n * (b - 1) / BUCKETS, red->n * b / BUCKETS);
+#endif
 }
 
 static Timing time_exchange(FmReduce *red, float *grad, float *shard, float *w, int reps, bool buckets) {
@@ -75,8 +75,13 @@ int main(int argc, char **argv) {
   float *grad = malloc((size_t)n * sizeof *grad), *w = malloc((size_t)n * sizeof *w);
   for (int64_t i = 0; i < n; i++) grad[i] = (float)(fm_rng_normal(1, 9, (uint32_t)rank, (uint64_t)i) * 1e-3);
   memcpy(w, grad, (size_t)n * sizeof *w);
-  Timing t_exact, t_exact_mpi, t_bucket, t_fast, t_allreduce = {1e30, 0};
-  for (int ring = 2; ring >= 0; ring--) { /* the int64 reduce-scatter: buckets, fmhpc's ring, MPI's */
+  Timing t_exact, t_exact_mpi, t_bucket = {0, 0}, t_fast, t_allreduce = {1e30, 0};
+#ifdef FMHPC_BENCH_NO_BUCKETS
+  const int first = 1;
+#else
+  const int first = 2;
+#endif
+  for (int ring = first; ring >= 0; ring--) { /* the int64 reduce-scatter: buckets, fmhpc's ring, MPI's */
     int64_t old = fm__comm_mpi_set_ring_chunk(ring ? -1 : 0);
     FmReduce red;
     fm_reduce_create(&red, n, size, true, c);

@@ -45,7 +45,7 @@ typedef struct Cli {
 /* Both commands start alike: the tokenizer, then all of stdin. When the
  * load fails c->tok is NULL and nothing is held; a read error comes back
  * with both held. */
-static int cli_start(Cli *c, const char *tok_path, FILE *in, FILE *err) {
+static int cli_start(Cli *c, const char *cmd, const char *tok_path, FILE *in, FILE *err) {
   memset(c, 0, sizeof *c);
   int rc = fm_tok_load(&c->tok, tok_path, err);
   if (rc) {
@@ -55,8 +55,23 @@ static int cli_start(Cli *c, const char *tok_path, FILE *in, FILE *err) {
   fm_str_init(&c->text);
   char chunk[65536];
   size_t n;
+  errno = 0;
   while ((n = fread(chunk, 1, sizeof chunk, in)) > 0) fm_str_catn(&c->text, chunk, n);
-  return ferror(in) ? FM_EIO : 0;
+  if (!ferror(in)) return 0;
+  if (err)
+    fprintf(err, "fmhpc %s: standard input: cannot read: %s\nhint: give the text on stdin: a file (< file) or a pipe\n",
+            cmd, errno ? strerror(errno) : "read error");
+  return FM_EIO;
+}
+
+/* Everything written reaches stdout, or the command fails saying so (a full
+ * disk or a closed pipe must not look like a short result). */
+static int cli_flush(const char *cmd, FILE *out, FILE *err, int rc) {
+  errno = 0;
+  if (fflush(out) == 0 && !ferror(out)) return rc;
+  if (err)
+    fprintf(err, "fmhpc %s: standard output: cannot write: %s\n", cmd, errno ? strerror(errno) : "write error");
+  return rc ? rc : FM_EIO;
 }
 
 static int cli_end(Cli *c, int rc) {
@@ -68,26 +83,27 @@ static int cli_end(Cli *c, int rc) {
 
 int fm_tok_cli_encode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
   Cli c;
-  int rc = cli_start(&c, tok_path, in, err);
-  if (!c.tok) return rc;
-  if (!rc) {
-    int64_t got = fm_tok_encode(c.tok, c.text.s, c.text.len, false, &c.ids, &c.n, &c.cap);
-    if (got < 0) rc = (int)got;
+  int rc = cli_start(&c, "--encode", tok_path, in, err);
+  if (!c.tok || rc) return cli_end(&c, rc);
+  int64_t got = fm_tok_encode(c.tok, c.text.s, c.text.len, false, &c.ids, &c.n, &c.cap);
+  if (got < 0) {
+    rc = (int)got;
+    if (err) fprintf(err, "fmhpc --encode: %s\n", fm_strerror(rc));
   }
   for (int64_t i = 0; !rc && i < c.n; i++) fprintf(out, i ? " %d" : "%d", c.ids[i]);
   if (!rc) fputc('\n', out);
-  if (rc && err) fprintf(err, "fmhpc --encode: %s\n", fm_strerror(rc));
-  return cli_end(&c, rc);
+  return cli_end(&c, cli_flush("--encode", out, err, rc));
 }
 
 int fm_tok_cli_decode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
   Cli c;
-  int rc = cli_start(&c, tok_path, in, err);
-  if (!c.tok) return rc;
+  int rc = cli_start(&c, "--decode", tok_path, in, err);
+  if (!c.tok || rc) return cli_end(&c, rc);
   const int64_t V = fm_tok_vocab_size(c.tok);
+  const char *text_end = c.text.s + c.text.len; /* a NUL inside the input is not its end */
   for (char *p = c.text.s; !rc;) {
-    while (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r') p++;
-    if (!*p) break;
+    while (p < text_end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    if (p == text_end) break;
     char *end;
     errno = 0;
     long long v = strtoll(p, &end, 10);
@@ -106,7 +122,7 @@ int fm_tok_cli_decode(const char *tok_path, FILE *in, FILE *out, FILE *err) {
   char *bytes = NULL;
   size_t blen = 0, bcap = 0;
   if (!rc) rc = fm_tok_decode(c.tok, c.ids, c.n, &bytes, &blen, &bcap);
-  if (!rc && blen && fwrite(bytes, 1, blen, out) != blen) rc = FM_EIO;
+  if (!rc && blen) fwrite(bytes, 1, blen, out); /* a short write is caught by cli_flush */
   free(bytes);
-  return cli_end(&c, rc);
+  return cli_end(&c, rc ? rc : cli_flush("--decode", out, err, rc));
 }

@@ -975,7 +975,15 @@ def models_cases():
           "hint: prep with &prep seq_len = 8, or set &model seq_len = 16"]),
         ("decode_not_an_id", ["--decode", tok], 1,
          ["fmhpc --decode: input byte 2: '99999 x' is not a token id of " + tok + " (0..268)"], b"5 99999 x"),
-        ("encode_stdin_unreadable", ["--encode", tok], 1, ["fmhpc --encode: I/O error"], tmp),
+        ("encode_stdin_unreadable", ["--encode", tok], 1,
+         ["fmhpc --encode: standard input: cannot read: Is a directory",
+          "hint: give the text on stdin: a file (< file) or a pipe"], tmp),
+        ("decode_stdin_unreadable", ["--decode", tok], 1, ["fmhpc --decode: standard input: cannot read: Is a directory"], tmp),
+        # a full disk under stdout is a failure said, not a short result with exit 0
+        ("encode_stdout_full", ["--encode", tok], 1, ["fmhpc --encode: standard output: cannot write: No space left on device"],
+         b"hello", "/dev/full"),
+        ("decode_stdout_full", ["--decode", tok], 1, ["fmhpc --decode: standard output: cannot write: No space left on device"],
+         b"5 6", "/dev/full"),
         ("ifd_no_tokenizer", [ifd("i1.in", f"inputs='{i3}' model='{md}'")], 2,
          ["&ifd tokenizer = '': task = 'ifd' needs the model's tokenizer"]),
         ("ifd_no_model", [ifd("i2.in", f"inputs='{i3}' tokenizer='{tok}'")], 2,
@@ -1011,18 +1019,23 @@ def main():
     CASES = [c for g in names for c in (GROUPS[g]() if callable(GROUPS[g]) else GROUPS[g])]
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     bad = 0
-    for name, argv, status, texts, *stdin in CASES:
-        # stdin: bytes, or a directory (a descriptor whose reads fail), or none (empty)
+    for name, argv, status, texts, *extra in CASES:
+        # stdin: bytes, or a directory (a descriptor whose reads fail), or none (empty);
+        # then optionally a file to take stdout (e.g. /dev/full, where every write fails)
+        stdin = extra[:1]
         fd = os.open(stdin[0], os.O_RDONLY) if stdin and isinstance(stdin[0], str) else None
+        out_fd = os.open(extra[1], os.O_WRONLY) if len(extra) > 1 else None
         try:
-            r = subprocess.run([FMHPC] + argv, capture_output=True, timeout=120, env=env, cwd=tmp,
+            r = subprocess.run([FMHPC] + argv, stderr=subprocess.PIPE, timeout=120, env=env, cwd=tmp,
+                               stdout=out_fd if out_fd is not None else subprocess.PIPE,
                                **({"stdin": fd} if fd is not None else {"input": stdin[0] if stdin else b""}))
-            r.stdout, r.stderr = (x.decode(errors="replace") for x in (r.stdout, r.stderr))
+            r.stdout, r.stderr = (x.decode(errors="replace") if x is not None else "" for x in (r.stdout, r.stderr))
         except subprocess.TimeoutExpired:
             r = None
         finally:
-            if fd is not None:
-                os.close(fd)
+            for d in (fd, out_fd):
+                if d is not None:
+                    os.close(d)
         if r is None:
             print(f"FAIL {name}: still running after 120 s")
             bad += 1

@@ -69,8 +69,7 @@ static int cli_start(Cli *c, const char *cmd, const char *tok_path, FILE *in, FI
 static int cli_flush(const char *cmd, FILE *out, FILE *err, int rc) {
   errno = 0;
   if (fflush(out) == 0 && !ferror(out)) return rc;
-  if (err)
-    fprintf(err, "fmhpc %s: standard output: cannot write: %s\n", cmd, errno ? strerror(errno) : "write error");
+  if (err) fprintf(err, "fmhpc %s: standard output: cannot write: %s\n", cmd, errno ? strerror(errno) : "write error");
   return rc ? rc : FM_EIO;
 }
 

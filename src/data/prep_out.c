@@ -41,7 +41,16 @@ char *fm__prep_win_path(const Prep *p, int64_t w, bool partial) {
   return s;
 }
 
-static int write_all(FILE *f, const void *b, size_t n) { return fwrite(b, 1, n, f) == n ? 0 : FM_EIO; }
+/* in pieces of FM_WRITE_CHUNK: stdio passes a large fwrite to one write() call */
+static int write_all(FILE *f, const void *b, size_t n) {
+  for (const char *c = b; n > 0;) {
+    size_t k = n < FM_WRITE_CHUNK ? n : FM_WRITE_CHUNK;
+    if (fwrite(c, 1, k, f) != k) return FM_EIO;
+    c += k;
+    n -= k;
+  }
+  return 0;
+}
 
 static int pread_all(int fd, void *buf, size_t n, int64_t off) {
   char *b = buf;

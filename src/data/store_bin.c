@@ -31,7 +31,7 @@ static int little_endian(void) {
 static int pwrite_all(int fd, const void *buf, size_t n, off_t off) {
   const char *p = buf;
   while (n > 0) {
-    ssize_t k = pwrite(fd, p, n, off);
+    ssize_t k = pwrite(fd, p, n < FM_WRITE_CHUNK ? n : FM_WRITE_CHUNK, off); /* pieces: see FM_WRITE_CHUNK */
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return -1;
     p += k;

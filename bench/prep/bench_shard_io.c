@@ -1,0 +1,78 @@
+/* bench_shard_io.c: the part of prep's cost that does not depend on how prep
+ * is written (bench/prep/run.sh prints the bound it sets). For a shard of
+ * BYTES bytes (13 an id: tokens u32, mask u8, segment and position ids i32)
+ * and an input of IN_BYTES: build the rows in fresh memory (first touch of a
+ * buffer of BYTES), copy them into the page cache of a file that is kept
+ * (write() in 1 MiB pieces), and SHA-256 the rows and the input (the
+ * manifest's checksums). CPU seconds of each, the median of REPS tries, the
+ * files kept until the end (a prep's shard stays; pages freed at once are
+ * cheaper to get again in this VM, so deleting between tries would flatter).
+ *   bench_shard_io DIR BYTES IN_BYTES REPS
+ * Output: "shard_io: fill <s> write <s> sha <s> (CPU s, median of REPS)". */
+#define _POSIX_C_SOURCE 200809L
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "fmhpc/hash.h"
+
+static double cpu_s(void) {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5) return fprintf(stderr, "usage: bench_shard_io DIR BYTES IN_BYTES REPS\n"), 2;
+  size_t n = (size_t)atoll(argv[2]), nin = (size_t)atoll(argv[3]);
+  int reps = atoi(argv[4]);
+  if (reps < 1 || reps > 15 || n == 0) return fprintf(stderr, "bench_shard_io: bad arguments\n"), 2;
+  double t[3][15];
+  size_t path_len = strlen(argv[1]) + 32;
+  char *path = malloc(path_len);
+  for (int r = 0; r < reps; r++) {
+    double c0 = cpu_s();
+    uint8_t *b = malloc(n);
+    if (!b) return fprintf(stderr, "bench_shard_io: out of memory\n"), 1;
+    memset(b, 0x5a, n); /* every page touched, as the rows are */
+    double c1 = cpu_s();
+    snprintf(path, path_len, "%s/shard_io_%d.bin", argv[1], r);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return perror(path), 1;
+    for (size_t o = 0; o < n;) {
+      size_t k = n - o < (1u << 20) ? n - o : (1u << 20);
+      ssize_t w = write(fd, b + o, k);
+      if (w <= 0) return perror(path), 1;
+      o += (size_t)w;
+    }
+    close(fd);
+    double c2 = cpu_s();
+    uint8_t d[32];
+    fm_sha256(b, n, d);
+    fm_sha256(b, nin < n ? nin : n, d); /* the input's checksum: as many bytes again */
+    if (nin > n) fm_sha256(b, nin - n, d);
+    double c3 = cpu_s();
+    free(b);
+    t[0][r] = c1 - c0;
+    t[1][r] = c2 - c1;
+    t[2][r] = c3 - c2;
+  }
+  for (int r = 0; r < reps; r++) {
+    snprintf(path, path_len, "%s/shard_io_%d.bin", argv[1], r);
+    unlink(path);
+  }
+  free(path);
+  for (int k = 0; k < 3; k++) qsort(t[k], (size_t)reps, sizeof t[k][0], cmp_d);
+  printf("shard_io: fill %.3f write %.3f sha %.3f (CPU s, median of %d)\n", t[0][reps / 2], t[1][reps / 2],
+         t[2][reps / 2], reps);
+  return 0;
+}

@@ -31,6 +31,10 @@ typedef struct FmPlan {
    * workspace, in the total. tp > 1: the tp sums' and the vocab-parallel
    * cross-entropy's scratch, host memory (in the total on the CPU backend). */
   int64_t attn_scratch, gemm_ws, tp_scratch;
+  /* On a device backend: the summed gradient shard (S x 4) and, with zero =
+   * 0, the full gradient the replicated optimizer reads (n x 4) (train.c
+   * gshard_d, gfull_d). */
+  int64_t dev_grad;
   bool on_device;
   bool use_nccl;      /* &parallel comm resolved (fm_comm_choose) */
   char comm_why[256]; /* and why */

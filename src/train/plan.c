@@ -98,6 +98,8 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
     p->attn_scratch =
         add(bad, mul(bad, mul(bad, Nt, 2 * (l.NH + l.NKV)), mul(bad, d->HS, 2)), mul(bad, mul(bad, Nt, l.NH), 4));
   p->gemm_ws = p->on_device ? FM_PLAN_GEMM_WS : 0;
+  p->dev_grad =
+      p->on_device && lay.tp == 1 ? add(bad, mul(bad, S, 4), zero ? 0 : mul(bad, n, 4)) : 0; /* tp > 1: host update */
   p->tp_scratch = 0;
   if (lay.tp > 1 && !*bad)
     p->tp_scratch = mul(bad,
@@ -106,7 +108,7 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
                         4);
   int64_t fixed = add(bad, add(bad, p->params, p->master), add(bad, p->grads, p->grad_accum));
   fixed = add(bad, fixed, p->optim_state);
-  fixed = add(bad, fixed, p->on_device ? add(bad, p->attn_scratch, p->gemm_ws) : p->tp_scratch);
+  fixed = add(bad, fixed, p->on_device ? add(bad, add(bad, p->attn_scratch, p->gemm_ws), p->dev_grad) : p->tp_scratch);
   p->total = add(bad, fixed, lay.recompute ? p->act_recompute : p->act);
 
   /* Over tp, per micro-batch (Megatron, no sequence parallelism): each layer
@@ -274,7 +276,7 @@ void fm_plan_mem_figures(const FmPlan *p, const FmDeck *deck) {
   fm_mem_plan_set(FM_MEM_WEIGHTS, p->params);
   fm_mem_plan_set(FM_MEM_GRADS, p->grads);
   fm_mem_plan_set(FM_MEM_ACT, deck->c.model.recompute ? p->act_recompute : p->act);
-  fm_mem_plan_set(FM_MEM_REDUCE, p->grad_accum);
+  fm_mem_plan_set(FM_MEM_REDUCE, p->grad_accum + p->dev_grad);
   fm_mem_plan_set(FM_MEM_OPTIM, p->optim_state);
   fm_mem_plan_set(FM_MEM_ATTN, p->attn_scratch);
   fm_mem_plan_set(FM_MEM_GEMM_WS, p->gemm_ws);
@@ -312,6 +314,9 @@ static void print_memory(const FmPlan *p, const FmDeck *deck, FILE *out) {
     row(out, "attention scratch", p->attn_scratch,
         "flash (c=bf16): bf16 q, dout b*T x NH/tp*HS and k, v b*T x NKV/tp*HS, x 2; fp32 D b*NH/tp*T x 4");
   if (p->gemm_ws > 0) row(out, "cuBLASLt workspace", p->gemm_ws, "fixed, one per process (32 MiB)");
+  if (p->dev_grad > 0)
+    row(out, "gradient shard (device)", p->dev_grad,
+        zero ? "S x 4 (the summed shard the optimizer reads)" : "(S + n) x 4 (the summed shard, the full gradient)");
   if (p->tp_scratch > 0)
     row(out, p->on_device ? "tp scratch (host)" : "tp scratch", p->tp_scratch,
         "(tp sums tp x min(b*T*C, 2^20) + vocab xent tile, 6 b*T (tp+1), b*T*C and its sum's) x 4");

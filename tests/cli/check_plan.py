@@ -103,6 +103,9 @@ def plan(m, run, tp, b, recompute):
         if run["bf16"] and HS in (64, 128):
             r["attention scratch"] = (2 * N * NHl * HS + 2 * N * NKVl * HS) * 2 + b * NHl * T * 4
         r["cuBLASLt workspace"] = 32 << 20
+        # train.c's device gradient buffers: the summed shard, and with zero = 0 the full gradient
+        # (tp = 1: under tp > 1 the update runs on the host)
+        r["gradient shard (device)"] = S * 4 + (0 if run["zero"] else n * 4) if tp == 1 else None
     elif tp > 1:
         # model_run.c's host scratch: the ordered tp sums (tp x min(N*C, 2^20) floats) and the
         # vocab-parallel cross-entropy (a logits tile of N x min(V/tp, 2048), 3N doubles mine and
@@ -111,7 +114,8 @@ def plan(m, run, tp, b, recompute):
         tile = (N * min(cdiv(m["V"], tp), 2048) + 1) // 2 * 2
         r["tp scratch"] = (sums + tile + N * 6 * (1 + tp) + N * C + sums) * 4
     fixed = sum(r.get(k) or 0 for k in ("weights (compute copy)", "fp32 master", "gradients", "reduction buffers",
-                                        "optimizer state", "attention scratch", "cuBLASLt workspace", "tp scratch"))
+                                        "optimizer state", "attention scratch", "cuBLASLt workspace", "tp scratch",
+                                        "gradient shard (device)"))
     r["total"] = fixed + r["activations (recompute)" if recompute else "activations"]
     mb_rank = run["B"] // b // dp
     # Megatron: per layer 2 sums forward, 2 backward (+2 when recompute repeats the forward),
@@ -253,6 +257,9 @@ if FMHPC_EMU:
     total = plan(LLAMA_H64, run_h64, 1, 4, False)["total"]
     check("the same against the device's memory (fits)", h64, LLAMA_H64, run_h64, emu_mem=total + (5 << 20))
     check("the same against a device too small", h64, LLAMA_H64, run_h64, emu_mem=total - (1 << 20))
+    # zero = 0: the replicated optimizer's full gradient on the device too
+    check("the same with zero = 0 (full gradient on the device)", h64 + ["parallel%zero=0"], LLAMA_H64,
+          dict(run_h64, zero=False))
     run_f32 = dict(run_h64, bf16=False)
     check("the same in fp32 compute (no flash)", h64[:-1], LLAMA_H64, run_f32)
 elif os.environ.get("CI") == "true":

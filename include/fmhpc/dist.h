@@ -115,6 +115,9 @@ typedef struct FmReduce {
   float *d_own;           /* the shard's device buffer when the caller gave none (finish copies it to the host) */
   float *d_send;          /* (S) the parameter all-gather's staging on the device, zero past this rank's shard */
   float *d_gather;        /* (P*S) the gathered shards, padded layout */
+  const float *d_grad;    /* fast mode over NCCL (fm_reduce_use_nccl_fast): the model's summed gradient (n) */
+  float *d_sendf;         /* (P*S) its padded layout for the fp32 reduce-scatter, zero past each rank's range */
+  double *d_blocks;       /* (norm_nb) the reduced shard's block sums of squares (the NaN/Inf check) */
 } FmReduce;
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
@@ -177,6 +180,17 @@ int fm_reduce_allgather(FmReduce *g, float *w);
  * path, in shard_out too); shard_out is not written on the device path. The
  * redo on NaN/Inf stays on the host over g->comm (MPI), as without NCCL. */
 void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d);
+/* Fast mode (fp32 sums) with a device backend and NCCL: fm_reduce_finish
+ * sums the model's gradient `grad_d` (n floats of device memory, the
+ * micro-batches already summed there) with an fp32 ncclReduceScatter straight
+ * into `shard_d` (S floats of device memory); shard_out is not written. NaN/Inf:
+ * the reduced shard's block sums of squares (be->block_sumsq, nb doubles to the
+ * host) say whether any rank's gradient held one (sums carry them); then every
+ * rank copies its gradient to the host once to name the first such element,
+ * and the step is skipped as on the host path. Not bitwise across rank counts
+ * (fp32 sums, by design); run to run at a fixed rank count as NCCL's
+ * reduce-scatter is (a fixed algorithm and topology). No-op in exact mode. */
+void fm_reduce_use_nccl_fast(FmReduce *g, const FmBackend *be, FmComm *nccl, const float *grad_d, float *shard_d);
 /* fm_reduce_allgather over the device communicator: w is the whole vector in
  * device memory; this rank's shard of it goes to every rank. */
 int fm_reduce_allgather_device(FmReduce *g, float *w);

@@ -87,15 +87,36 @@ void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d) {
   g->d_gather = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_gather);
 }
 
+void fm_reduce_use_nccl_fast(FmReduce *g, const FmBackend *be, FmComm *nccl, const float *grad_d, float *shard_d) {
+  if (g->exact || g->nccl || !be->block_sumsq || !grad_d || !shard_d) return;
+  g->dev = be; /* fm_reduce_on_device stays false: it is exact mode's */
+  g->nccl = nccl;
+  g->d_grad = grad_d;
+  g->d_shard = shard_d;
+  g->d_sendf = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_sendf);
+  be->memset(g->d_sendf, 0, g->P * g->S * (int64_t)sizeof *g->d_sendf); /* the padding stays zero */
+  g->d_blocks = be->alloc(g->norm_nb * (int64_t)sizeof *g->d_blocks);
+  g->d_send = be->alloc(g->S * (int64_t)sizeof *g->d_send); /* the parameter all-gather's */
+  be->memset(g->d_send, 0, g->S * (int64_t)sizeof *g->d_send);
+  g->d_gather = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_gather);
+}
+
 void fm_reduce_free(FmReduce *g) {
-  if (g->nccl) {
+  if (g->d_sendf) {
+    g->dev->free(g->d_sendf);
+    g->dev->free(g->d_blocks);
+    g->dev->free(g->d_send);
+    g->dev->free(g->d_gather);
+    g->d_send = g->d_gather = NULL;
+  }
+  if (g->nccl && g->exact) {
     g->dev->free(g->d_acc_shard);
     g->dev->free(g->d_flags_all);
     g->dev->free(g->d_own);
     g->dev->free(g->d_send);
     g->dev->free(g->d_gather);
   }
-  if (g->dev) {
+  if (g->dev && g->exact) {
     g->dev->free(g->d_acc);
     g->dev->free(g->d_amax);
     g->dev->free(g->d_flags);
@@ -297,9 +318,35 @@ static int finish_nccl(FmReduce *g, float *shard_out, bool *nonfinite) {
   return 0;
 }
 
+/* Fast mode over NCCL (fm_reduce_use_nccl_fast): the fp32 sum on the device. */
+static int finish_fast_nccl(FmReduce *g, bool *nonfinite) {
+  const FmBackend *be = g->dev;
+  const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo, nb = fm_clip_nblocks(lo, lo + len, FM_DIST_BLOCK);
+  for (int r = 0; r < g->P; r++)
+    if (g->hi[r] > g->lo[r])
+      be->copy(g->d_sendf + (int64_t)r * g->S, g->d_grad + g->lo[r], (g->hi[r] - g->lo[r]) * (int64_t)sizeof(float));
+  FM_CHECK(fm_comm_reduce_scatter(g->nccl, g->d_sendf, g->d_shard, g->S, FM_DT_F32, FM_OP_SUM));
+  int32_t nf = 0, all = 0;
+  if (nb > 0) { /* a NaN/Inf of any rank's gradient is in the sum, so in some shard's block sums */
+    be->block_sumsq(g->d_blocks, g->d_shard, len, FM_DIST_BLOCK);
+    be->copy_to_host(g->norm_mine, g->d_blocks, nb * (int64_t)sizeof *g->norm_mine);
+    for (int64_t b = 0; b < nb; b++) nf |= !isfinite(g->norm_mine[b]);
+  }
+  FM_CHECK(fm_comm_allreduce(g->comm, &nf, &all, 1, FM_DT_I32, FM_OP_MAX));
+  *nonfinite = all != 0;
+  if (all) { /* rare: name the first NaN/Inf element of any rank's own gradient, as the host path does */
+    be->copy_to_host(g->sendf, g->d_grad, g->n * (int64_t)sizeof *g->sendf); /* sendf holds P*S >= n */
+    for (int64_t i = 0; i < g->n && g->first_bad == INT64_MAX; i++)
+      if (!isfinite(g->sendf[i])) g->first_bad = i;
+    agree_first_bad(g);
+  }
+  return 0;
+}
+
 int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
   int32_t flags[2] = {g->overflow, g->nonfinite}, all[2];
+  if (!g->exact && g->d_sendf) return finish_fast_nccl(g, nonfinite);
   if (!g->exact) {
     /* The model summed micro-batches in fp32; count NaN/Inf on the way. */
     int32_t nf = 0;

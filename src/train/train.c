@@ -130,6 +130,9 @@ static const char *where_ops(const Run *r) {
     return r->red.dev ? "model ops and the exact quantisation on the device, collectives and optimizer on host copies"
                       : "model ops on the device, reduction and optimizer on host copies";
   }
+  if (r->red.nccl && !r->red.exact)
+    return "model ops, the fp32 gradient sum (NCCL), grad norm, clip and optimizer (fp32 weights and state "
+           "resident) on the device";
   if (r->red.nccl)
     return "model ops, the exact quantisation and its exchange (NCCL), grad norm, clip and optimizer (fp32 weights "
            "and state resident) on the device";
@@ -208,7 +211,7 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
         fm_reduce_add(&r->red, grad);
       }
     }
-    if (!r->red.exact) grad_to_host(r);
+    if (!r->red.exact && !r->red.d_sendf) grad_to_host(r); /* fast mode over MPI: the sum on host copies */
   } while (tp_any(r, fm_reduce_finish(&r->red, grad, r->gshard, nonfinite)));
   *nonfinite = tp_any(r, *nonfinite);
   if (r->gshard_d && !r->red.nccl && !*nonfinite) /* the exchange ran on the host (MPI): one copy of the shard */
@@ -604,6 +607,9 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   /* exact mode: the exchange on the device, writing the reduced shard straight into gshard_d (NULL under tp > 1:
    * finish copies it to the host shard) */
   if (r->use_nccl) fm_reduce_use_nccl(&r->red, mesh->dp_nccl, r->gshard_d);
+  /* fast mode (tp = 1): the fp32 sum of the device gradient over NCCL into gshard_d */
+  if (r->use_nccl && r->gshard_d)
+    fm_reduce_use_nccl_fast(&r->red, r->be, mesh->dp_nccl, fm_model_grad_arena(r->model), r->gshard_d);
   if (r->use_nccl && !r->red.nccl)
     fm_log0("comm: determinism = 'fast' sums fp32 host copies over MPI; NCCL carries the exact reduction only");
   const FmOptimRunShape shape = {r->count, r->first, r->b, r->T, r->dims.V, (uint64_t)c->run.seed};

@@ -21,6 +21,8 @@
 #          --check plans): the run stops with the report naming the
 #          activations, the bytes asked, --check's figure, free/total, the hint
 #   nccl_shards  a Llama of 2+ parameter blocks: comm='nccl' and 'mpi' at 2 ranks and 1 rank, same bits
+#   fast_nccl  determinism='fast' over NCCL on device buffers: bitwise run to run, = fast+mpi at 2 ranks,
+#          within 1e-6 of exact
 #   gpubind  each rank on its node-local GPU with comm 'mpi' and 'nccl', one GPU per task, sharing
 #   traffic  the host<->device bytes of a steady-state step per named device
 #          buffer (fmhpc_emu's copy counters, FMHPC_EMU_COPY_STATS) at 1 and 2
@@ -326,6 +328,66 @@ if [ "$case_" = gpubind ]; then # each rank binds its node-local GPU, whatever t
     [ -f "$D/$n/summary.json" ] || fail "$n: no summary.json (the run did not finish)"
   done
   echo "PASS: gpubind (mpi and nccl at 2 ranks on devices 0 and 1; one GPU per task; shared: warned, NCCL refused)"
+  exit 0
+fi
+if [ "$case_" = fast_nccl ]; then # determinism='fast' with NCCL: the fp32 sum of the device gradients over NCCL
+  # The Llama of nccl_shards (2 parameter blocks: each rank's shard holds one) with determinism='fast' and
+  # comm='nccl' at 2 ranks, twice; 'fast' with comm='mpi' (the sum on host copies) and 'exact' with
+  # comm='nccl' at 2 ranks. Asserted:
+  #   - fast+nccl is bitwise run to run (loss bits and weights SHA-256 of the two runs);
+  #   - fast+nccl equals fast+mpi bit for bit: at 2 ranks each element of the sum is one fp32 addition,
+  #     which is commutative, so any correct exchange gives the same bits (a wrong shard, layout or
+  #     missing rank does not);
+  #   - its losses are within 1e-6 relative of exact mode's (fast sums the micro-batches in fp32 on the
+  #     device, exact in int64 fixed point: a few fp32 ulps per gradient element; observed 5e-8 after
+  #     three AdamW steps at lr 1e-2, while leaving rank 1's gradient out of the sum moved the step-2 loss
+  #     by 2e-3 relative and failed all three checks);
+  #   - the log names the device sum, not host copies; a NaN planted in rank 1's gradient is named
+  #     (tensor, element) as on the host path and the step skipped.
+  D=$WORK/fast_nccl
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" "${common[@]}" model%n_head=4 model%n_kv_head=2 model%d_model=64 model%d_ff=128
+        model%tie_embeddings=F "data%valid=''" "train%backend='cuda'")
+  for run in "fast nccl a" "fast nccl b" "fast mpi a" "exact nccl a"; do
+    read -r det comm k <<< "$run"
+    n=$det-$comm-$k
+    timeout -k 5 240 "$MPIEXEC" -n 2 "$EMU" "${args[@]}" "train%determinism='$det'" "parallel%comm='$comm'" \
+      "run%out_dir='$D/$n'" > "$D/$n.log" 2>&1 || { tail -20 "$D/$n.log"; fail "$n"; }
+  done
+  grep -q "fp32 gradient sum (NCCL), grad norm, clip and optimizer" "$D/fast-nccl-a.log" ||
+    { grep -i "reduce\|comm" "$D/fast-nccl-a.log"; fail "fast-nccl: the log does not name the device sum"; }
+  ! grep -qi "host cop" "$D/fast-nccl-a.log" || fail "fast-nccl: the log still says host copies"
+  /usr/bin/python3 - "$D" <<'PY'
+import json, sys
+d = sys.argv[1]
+def read(n):
+    steps = [json.loads(l)["loss_hex"] for l in open(f"{d}/{n}/metrics.jsonl") if '"loss_hex"' in l]
+    return steps, json.load(open(f"{d}/{n}/summary.json"))["weights_sha256"]
+def val(h):  # C's %a
+    return float.fromhex(h)
+a, sa = read("fast-nccl-a")
+b, sb = read("fast-nccl-b")
+m, sm = read("fast-mpi-a")
+e, _ = read("exact-nccl-a")
+if len(a) != 3 or len(e) != 3:
+    sys.exit(f"FAIL: {len(a)} and {len(e)} step losses (want 3)")
+bad = 0
+for name, x, s in (("fast nccl run 2", b, sb), ("fast mpi", m, sm)):
+    same = x == a and s == sa
+    print(f"{name}: losses {x} weights {s[:16]}... {'same bits' if same else 'DIFFERENT'} as fast nccl run 1")
+    bad += not same
+worst = max(abs(val(x) - val(y)) / abs(val(y)) for x, y in zip(a, e))
+print(f"fast vs exact (nccl, 2 ranks): {[val(x) for x in a]} vs {[val(y) for y in e]}, worst relative {worst:.3g}"
+      " (tolerance 1e-6)")
+bad += not worst <= 1e-6
+sys.exit(f"FAIL: {bad} check(s)" if bad else 0)
+PY
+  FMHPC_TEST_NAN_AT=2:1:h.mlp.w_up timeout -k 5 240 "$MPIEXEC" -n 2 "$EMU" "${args[@]}" "train%determinism='fast'" \
+    "parallel%comm='nccl'" "run%out_dir='$D/nan'" > "$D/nan.log" 2>&1 || { tail -20 "$D/nan.log"; fail "nan"; }
+  grep -q "step 2: non-finite gradient, first in the gradient of h.mlp.w_up (element 0): step skipped" "$D/nan.log" ||
+    { grep -i "non-finite\|step " "$D/nan.log"; fail "nan: the planted NaN was not named"; }
+  grep -q '"skipped": 1,' "$D/nan/summary.json" || fail "nan: summary does not count 1 skipped step"
+  echo "PASS: fast_nccl"
   exit 0
 fi
 if [ "$case_" = traffic ]; then # what a training step moves between host and device

@@ -421,8 +421,10 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
     else fm_deck_error(deck, err, FM_KEY_train_backend, "generate cannot use this backend: %s", why);
     const FmModelLoadOpts lo = {be, g.B, false, model_dir, false, ctx, NULL};
     FmLoadedModel lm = {0};
-    if (be) rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
-    else rc = FM_EDECK;
+    int gpu = -1, shared = 0;
+    if (be && !be->host_accessible) rc = fm_runtime_bind_gpu(&gpu, &shared); /* each rank on its node-local GPU */
+    if (!be) rc = FM_EDECK;
+    else if (!rc) rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
     g.m = lm.model;
     /* Generation computes in fp32 whatever &train precision says (as it always has). */
     if (g.m) fm_model_set_compute_bf16(g.m, false);

@@ -23,7 +23,8 @@
 #   nccl_shards  a Llama of 2+ parameter blocks: comm='nccl' and 'mpi' at 2 ranks and 1 rank, same bits
 #   fast_nccl  determinism='fast' over NCCL on device buffers: bitwise run to run, = fast+mpi at 2 ranks,
 #          within 1e-6 of exact
-#   gpubind  each rank on its node-local GPU with comm 'mpi' and 'nccl', one GPU per task, sharing
+#   gpubind  each rank on its node-local GPU with comm 'mpi' and 'nccl' (train, eval, generate), one GPU per
+#          task, sharing
 #   traffic  the host<->device bytes of a steady-state step per named device
 #          buffer (fmhpc_emu's copy counters, FMHPC_EMU_COPY_STATS) at 1 and 2
 #          ranks: no optimizer state, no weights (at 2 ranks exactly the MPI
@@ -300,6 +301,18 @@ if [ "$case_" = gpubind ]; then # each rank binds its node-local GPU, whatever t
     grep -q "^gpu: 2 ranks on 1 node, .*rank:device 0:0 (0000:00:00.0), 1:1 (0000:01:00.0)$" "$D/${c}2.log" ||
       { grep gpu "$D/${c}2.log"; fail "${c}2: ranks not on devices 0 and 1"; }
     ! grep -q "a GPU with another rank" "$D/${c}2.log" || fail "${c}2: a sharing warning with one GPU per rank"
+  done
+  # task='eval' and 'generate' of that model bind alike
+  ev=("run%task='eval'" "eval%model='$D/mpi2/final'")
+  gen=("run%task='generate'" "generate%model='$D/mpi2/final'" "generate%tokenizer='$DATA/tok.json'"
+       "generate%prompts='The kernel', 'A driver must'" generate%max_tokens=4 generate%temperature=0 generate%batch=2
+       "generate%output='$D/gen.jsonl'")
+  for t in eval gen; do
+    [ $t = eval ] && extra=("${ev[@]}") || extra=("${gen[@]}")
+    timeout -k 5 240 env FMHPC_EMU_GPUS=2 "$MPIEXEC" -n 2 "$EMU" "${args[@]}" "${extra[@]}" "run%out_dir='$D/$t'" \
+      > "$D/$t.log" 2>&1 || { tail -20 "$D/$t.log"; fail "$t"; }
+    grep -q "^gpu: 2 ranks on 1 node, .*rank:device 0:0 (0000:00:00.0), 1:1 (0000:01:00.0)$" "$D/$t.log" ||
+      { grep gpu "$D/$t.log"; fail "$t: ranks not on devices 0 and 1"; }
   done
   # one GPU per task, as srun --gpus-per-task=1 sets CUDA_VISIBLE_DEVICES (MPMD: one environment per rank)
   timeout -k 5 240 env FMHPC_EMU_GPUS=2 "$MPIEXEC" -n 1 env FMHPC_EMU_VISIBLE_DEVICES=0 "$EMU" "${args[@]}" \

@@ -106,7 +106,7 @@ typedef struct FmReduce {
   int64_t *d_acc;         /* (P*S) the accumulator on the device */
   float *d_amax;          /* (nblocks) */
   int32_t *d_flags;       /* (2) overflow, NaN/Inf */
-  int32_t *d_exp2;        /* (nblocks) this step's scales, uploaded by fm_reduce_begin */
+  int32_t *d_exp2;        /* (nblocks) this step's scales: uploaded, or computed on the device (d_amax_prev) */
   bool locate;            /* the device saw NaN/Inf: the step is computed again on the host path to name it */
   FmComm *nccl;           /* the exchange over this device communicator (fm_reduce_use_nccl); NULL: MPI, host */
   int64_t *d_acc_shard;   /* (S) the reduce-scatter's sums on the device */
@@ -118,9 +118,15 @@ typedef struct FmReduce {
   const float *d_grad;    /* fast mode over NCCL (fm_reduce_use_nccl_fast): the model's summed gradient (n) */
   float *d_sendf;         /* (P*S) its padded layout for the fp32 reduce-scatter, zero past each rank's range */
   double *d_blocks;       /* (norm_nb) the reduced shard's block sums of squares (the NaN/Inf check) */
+  float *d_amax_prev;     /* NCCL and a block_scales op: (nblocks) amax_prev on the device, from which
+                             fm_reduce_begin computes the scales there; NULL: the host computes them */
+  bool amax_on_dev;       /* d_amax_prev is newer than amax_prev (fm_reduce_scales_to_host) */
 } FmReduce;
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
+/* amax_prev up to date on the host (a copy from the device when d_amax_prev
+ * is newer): before a checkpoint reads it. */
+void fm_reduce_scales_to_host(FmReduce *g);
 void fm_reduce_free(FmReduce *g);
 /* This rank's shard. */
 static inline int64_t fm_reduce_lo(const FmReduce *g) { return g->lo[g->r]; }

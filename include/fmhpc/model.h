@@ -165,6 +165,12 @@ void fm_model_init_range(float *out, const FmTensorTable *tab, int64_t L, int64_
  * double. With backward, ACCUMULATES d(that sum)/d(parameters) into the
  * gradient arena; the caller zeroes it (fm_model_zero_grad) once per step. */
 double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward);
+/* The same with the loss left in backend memory at loss_d (one double), not
+ * read back: a device step reads its micro-batches' losses once, at its end.
+ * Only where fm_model_loss_on_device (the backend has xent_fwd_bwd_dev; tp = 1). */
+void fm_model_forward_backward_dev(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward,
+                                   double *loss_d);
+bool fm_model_loss_on_device(const FmModel *m);
 void fm_model_zero_grad(FmModel *m);
 /* Called by fm_model_forward_backward's backward with each range [lo, hi) of
  * the gradient arena that this micro-batch's backward has finished (its
@@ -242,8 +248,8 @@ int64_t fm_model_batch(const FmModel *m); /* b */
  * N x min(Vl, 2048) logits. Host memory (CPU backend). scratch:
  * fm_vocab_xent_scratch floats. */
 double fm_vocab_xent_fwd_bwd(FmComm *tp, const FmBackend *be, float *dx, float *dw, const float *x, const float *w,
-                             const int32_t *targets, const float *weight, int64_t N, int64_t C, int64_t v0,
-                             int64_t Vl, float *scratch);
+                             const int32_t *targets, const float *weight, int64_t N, int64_t C, int64_t v0, int64_t Vl,
+                             float *scratch);
 int64_t fm_vocab_xent_scratch(const FmComm *tp, int64_t N, int64_t C, int64_t Vl);
 /* The same for tp = P ranks (the plan's figure, no communicator). */
 int64_t fm_vocab_xent_scratch_p(int P, int64_t N, int64_t C, int64_t Vl);

@@ -9,12 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A block's largest gradient may grow 4096x between steps before the step is
- * redone. Embedding rows make this necessary: which tokens a step holds
- * changes a block's maximum by 10-100x (measured on the nano GPT-2 over
- * linux-doc: 16x headroom redid 19 of 20 steps). The cost is 12 bits of the
- * ~58 the accumulator has below a block's maximum. */
-enum { HEADROOM_BITS = 12, MAX_EXP = 120, MIN_EXP = -120 };
+#include "../tensor/elementwise.h" /* fm_block_exponent: the scales' one formula, host and device */
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) {
   memset(g, 0, sizeof *g);
@@ -81,6 +76,7 @@ void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d) {
   g->d_acc_shard = be->alloc(g->S * (int64_t)sizeof *g->d_acc_shard);
   g->d_flags_all = be->alloc(2 * (int64_t)sizeof *g->d_flags_all);
   if (!shard_d) g->d_own = be->alloc(g->S * (int64_t)sizeof *g->d_own);
+  if (be->block_scales) g->d_amax_prev = be->alloc(g->nblocks * (int64_t)sizeof *g->d_amax_prev);
   g->d_shard = shard_d ? shard_d : g->d_own;
   g->d_send = be->alloc(g->S * (int64_t)sizeof *g->d_send);
   be->memset(g->d_send, 0, g->S * (int64_t)sizeof *g->d_send); /* the padding stays zero */
@@ -115,6 +111,7 @@ void fm_reduce_free(FmReduce *g) {
     g->dev->free(g->d_own);
     g->dev->free(g->d_send);
     g->dev->free(g->d_gather);
+    g->dev->free(g->d_amax_prev);
   }
   if (g->dev && g->exact) {
     g->dev->free(g->d_acc);
@@ -139,25 +136,29 @@ void fm_reduce_free(FmReduce *g) {
   memset(g, 0, sizeof *g);
 }
 
-/* s such that amax * 16 * 2^s < limit: the largest power of two that keeps a
- * value 16 times this block's previous maximum representable. */
-static int32_t block_exponent(float amax, int64_t limit) {
-  int e = 1; /* an all-zero block (unused rows): scale as for a maximum of 1 */
-  if (amax > 0.0f) frexp((double)amax, &e); /* amax < 2^e */
-  int lim_bits = 0;
-  while (((int64_t)1 << (lim_bits + 1)) <= limit) lim_bits++; /* limit = 2^lim_bits */
-  int s = lim_bits - e - HEADROOM_BITS;
-  if (s > MAX_EXP) s = MAX_EXP;
-  if (s < MIN_EXP) s = MIN_EXP;
-  return s;
+void fm_reduce_scales_to_host(FmReduce *g) {
+  if (!g->amax_on_dev) return;
+  g->dev->copy_to_host(g->amax_prev, g->d_amax_prev, g->nblocks * (int64_t)sizeof *g->amax_prev);
+  g->amax_on_dev = false;
 }
 
 void fm_reduce_begin(FmReduce *g) {
+  const bool dev_scales = g->d_amax_prev && fm_reduce_on_device(g);
+  if (!dev_scales) fm_reduce_scales_to_host(g); /* the host path's scales come from the latest maxima */
   for (int64_t b = 0; b < g->nblocks; b++) {
-    g->exp2[b] = block_exponent(g->amax_prev[b], g->limit);
+    if (!dev_scales) g->exp2[b] = fm_block_exponent(g->amax_prev[b], g->limit);
     g->amax[b] = 0.0f;
   }
-  if (fm_reduce_on_device(g)) {
+  if (dev_scales) { /* the scales from the device's maxima, on the device: no copy (the maxima go up only when the
+                       host's are newer: the first step, a resumed checkpoint, after the host path) */
+    const FmBackend *be = g->dev;
+    if (!g->amax_on_dev) be->copy_to_device(g->d_amax_prev, g->amax_prev, g->nblocks * (int64_t)sizeof *g->amax_prev);
+    g->amax_on_dev = true;
+    be->block_scales(g->d_exp2, g->d_amax_prev, g->nblocks, g->limit);
+    be->memset(g->d_acc, 0, g->P * g->S * (int64_t)sizeof *g->d_acc);
+    be->memset(g->d_amax, 0, g->nblocks * (int64_t)sizeof *g->d_amax);
+    be->memset(g->d_flags, 0, 2 * (int64_t)sizeof *g->d_flags);
+  } else if (fm_reduce_on_device(g)) {
     const FmBackend *be = g->dev;
     be->copy_to_device(g->d_exp2, g->exp2, g->nblocks * (int64_t)sizeof *g->exp2);
     be->memset(g->d_acc, 0, g->P * g->S * (int64_t)sizeof *g->d_acc);
@@ -306,8 +307,13 @@ static int finish_nccl(FmReduce *g, float *shard_out, bool *nonfinite) {
     g->locate = true;
     return 1;
   }
-  FM_CHECK(fm_comm_allreduce(g->nccl, g->d_amax, g->d_amax, g->nblocks, FM_DT_F32, FM_OP_MAX));
-  be->copy_to_host(g->amax_prev, g->d_amax, g->nblocks * (int64_t)sizeof *g->amax_prev);
+  if (g->d_amax_prev) { /* the next scales (or the redo's) stay on the device: fm_reduce_begin */
+    FM_CHECK(fm_comm_allreduce(g->nccl, g->d_amax, g->d_amax_prev, g->nblocks, FM_DT_F32, FM_OP_MAX));
+    g->amax_on_dev = true;
+  } else {
+    FM_CHECK(fm_comm_allreduce(g->nccl, g->d_amax, g->d_amax, g->nblocks, FM_DT_F32, FM_OP_MAX));
+    be->copy_to_host(g->amax_prev, g->d_amax, g->nblocks * (int64_t)sizeof *g->amax_prev);
+  }
   if (all[0]) {
     g->redone++;
     return 1;

@@ -212,30 +212,39 @@ void fm_model_zero_grad(FmModel *m) { m->be->memset(m->grad, 0, m->params.numel 
 
 /* ---- forward / backward ---------------------------------------------------------- */
 
+/* The micro-batch's uploads do not wait (copy_to_device_async where the
+ * backend has it): the callers keep the host batch unchanged until the step's
+ * (or the pass's) next read. */
 static void load_batch(FmModel *m, const FmModelInput *in, const float *token_weight) {
   const FmBackend *be = m->be;
+  void (*up)(void *, const void *, int64_t) = be->copy_to_device_async ? be->copy_to_device_async : be->copy_to_device;
   const int64_t bytes = m->B * m->d.T * 4;
-  be->copy_to_device(m->tokens, in->tokens, bytes);
-  be->copy_to_device(m->pos, in->pos, bytes);
-  if (in->targets) be->copy_to_device(m->targets, in->targets, bytes);
-  if (token_weight) be->copy_to_device(m->weight, token_weight, bytes);
+  up(m->tokens, in->tokens, bytes);
+  up(m->pos, in->pos, bytes);
+  if (in->targets) up(m->targets, in->targets, bytes);
+  if (token_weight) up(m->weight, token_weight, bytes);
   m->seg_on = in->seg != NULL;
-  if (in->seg) be->copy_to_device(m->seg, in->seg, bytes);
+  if (in->seg) up(m->seg, in->seg, bytes);
 }
 
-double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward) {
+/* loss_d non-NULL (fm_model_forward_backward_dev): the loss stays in backend memory. */
+static double fwd_bwd(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward, double *loss_d) {
   const FmBackend *be = m->be;
   const int64_t N = m->B * m->d.T, C = m->d.C;
   load_batch(m, in, token_weight);
   m->kind->forward(m);
   if (backward) be->memset(m->dfinal, 0, N * C * (int64_t)sizeof(float));
   /* logits = final @ w_out^T and the weighted cross-entropy, in vocab chunks */
-  const double loss =
-      fm__tp_on(m) /* vocab-parallel: this rank's rows of the LM head; the logits are never gathered */
-          ? fm_vocab_xent_fwd_bwd(m->tp, be, backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final,
-                                  m->w_out, m->targets, m->weight, N, C, m->v0, m->d.V, m->vx_scratch)
-          : be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out, m->targets,
-                             m->weight, N, C, m->d.V, m->xent_scratch);
+  double loss = 0.0;
+  if (loss_d)
+    be->xent_fwd_bwd_dev(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out, m->targets,
+                         m->weight, N, C, m->d.V, m->xent_scratch, loss_d);
+  else
+    loss = fm__tp_on(m) /* vocab-parallel: this rank's rows of the LM head; the logits are never gathered */
+               ? fm_vocab_xent_fwd_bwd(m->tp, be, backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final,
+                                       m->w_out, m->targets, m->weight, N, C, m->v0, m->d.V, m->vx_scratch)
+               : be->xent_fwd_bwd(backward ? m->dfinal : NULL, backward ? m->dw_out : NULL, m->final, m->w_out,
+                                  m->targets, m->weight, N, C, m->d.V, m->xent_scratch);
   if (backward) m->kind->backward(m);
   if (backward && m->grad_ready) /* the embeddings (and, without blocks, the head): final only now */
     for (int i = 0; i < m->params.n; i++) {
@@ -244,6 +253,20 @@ double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float
         m->grad_ready(m->grad_ready_ctx, t->offset, t->offset + t->numel);
     }
   return loss;
+}
+
+double fm_model_forward_backward(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward) {
+  return fwd_bwd(m, in, token_weight, backward, NULL);
+}
+
+bool fm_model_loss_on_device(const FmModel *m) { return m->be->xent_fwd_bwd_dev && !fm__tp_on(m); }
+
+void fm_model_forward_backward_dev(FmModel *m, const FmModelInput *in, const float *token_weight, bool backward,
+                                   double *loss_d) {
+  if (!fm_model_loss_on_device(m))
+    fm_abort_one(1,
+                 "fm_model_forward_backward_dev: the backend has no xent_fwd_bwd_dev or tp > 1 (a programming error)");
+  (void)fwd_bwd(m, in, token_weight, backward, loss_d);
 }
 
 void fm_model_set_grad_ready(FmModel *m, FmGradReady fn, void *ctx) {

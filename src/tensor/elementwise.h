@@ -223,4 +223,26 @@ FM_HD static inline void fm_sophia_hessian(float *h, float ghat, float B, float 
   *h = fm_addf(fm_mulf(b2, *h), fm_mulf(omb2, fm_mulf(fm_mulf(ghat, ghat), B)));
 }
 
+/* ---- the exact reduction's block scales (dist/reduce.c; the block_scales op) -- */
+/* A block's largest gradient may grow 4096x between steps before the step is
+ * redone. Embedding rows make this necessary: which tokens a step holds
+ * changes a block's maximum by 10-100x (measured on the nano GPT-2 over
+ * linux-doc: 16x headroom redid 19 of 20 steps). The cost is 12 bits of the
+ * ~58 the accumulator has below a block's maximum. */
+enum { FM_RED_HEADROOM_BITS = 12, FM_RED_MAX_EXP = 120, FM_RED_MIN_EXP = -120 };
+
+/* s such that amax * 2^HEADROOM_BITS * 2^s < limit: the largest power of two
+ * that keeps a value 4096 times this block's previous maximum representable.
+ * Integer and frexp only: the same s on the host and the device. */
+FM_HD static inline int32_t fm_block_exponent(float amax, int64_t limit) {
+  int e = 1;                                /* an all-zero block (unused rows): scale as for a maximum of 1 */
+  if (amax > 0.0f) frexp((double)amax, &e); /* amax < 2^e */
+  int lim_bits = 0;
+  while (((int64_t)1 << (lim_bits + 1)) <= limit) lim_bits++; /* limit = 2^lim_bits */
+  int s = lim_bits - e - FM_RED_HEADROOM_BITS;
+  if (s > FM_RED_MAX_EXP) s = FM_RED_MAX_EXP;
+  if (s < FM_RED_MIN_EXP) s = FM_RED_MIN_EXP;
+  return s;
+}
+
 #endif

@@ -51,6 +51,7 @@ typedef struct Run {
   float *weights;                   /* (count, b*T) token weights */
   int64_t *ids;                     /* (b) sample ids of one micro-batch */
   double *mloss, *mloss_all;        /* per micro-batch loss sums: mine, all (M) */
+  double *mloss_d; /* device backend: (count) the losses as the device leaves them, read once a step; else NULL */
   FmReduce red;
   FmOptim *opt;
   FmSchedule sched;
@@ -198,7 +199,10 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
       FmModelInput in = model_input(&r->mb[i], targets ? targets[i] : NULL);
       const bool bucket = buckets && i == r->count - 1;
       if (bucket) fm_model_set_grad_ready(r->model, bucket_ready, r);
-      r->mloss[i] = fm_model_forward_backward(r->model, &in, r->weights + i * r->b * r->T, true);
+      if (r->mloss_d) /* on the device: no read per micro-batch */
+        fm_model_forward_backward_dev(r->model, &in, r->weights + i * r->b * r->T, true, r->mloss_d + i);
+      else
+        r->mloss[i] = fm_model_forward_backward(r->model, &in, r->weights + i * r->b * r->T, true);
       fm_model_set_grad_ready(r->model, NULL, NULL);
       if (i == 0 && r->nan_at[0] && t >= r->nan_at[0] && t <= r->nan_at[1] && r->dp->rank == r->nan_at[2]) {
         const float nan = NAN; /* the test hook: one rank's gradient poisoned */
@@ -213,6 +217,7 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
     }
     if (!r->red.exact && !r->red.d_sendf) grad_to_host(r); /* fast mode over MPI: the sum on host copies */
   } while (tp_any(r, fm_reduce_finish(&r->red, grad, r->gshard, nonfinite)));
+  if (r->mloss_d) r->be->copy_to_host(r->mloss, r->mloss_d, r->count * (int64_t)sizeof *r->mloss);
   *nonfinite = tp_any(r, *nonfinite);
   if (r->gshard_d && !r->red.nccl && !*nonfinite) /* the exchange ran on the host (MPI): one copy of the shard */
     r->be->copy_to_device(r->gshard_d, r->gshard,
@@ -601,6 +606,8 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
     r->norm_d = fm_backend_alloc(r->be, r->red.norm_nb * (int64_t)sizeof *r->norm_d, FM_MEM_REDUCE);
     if (replicated) r->gfull_d = fm_backend_alloc(r->be, pt->numel * (int64_t)sizeof *r->gfull_d, FM_MEM_REDUCE);
     fm_optim_use_device(r->opt, r->be);
+    if (fm_model_loss_on_device(r->model) && r->count > 0)
+      r->mloss_d = r->be->alloc(r->count * (int64_t)sizeof *r->mloss_d);
     fm_backend_name_buffer(fm_model_param_arena(r->model), pt->numel * (int64_t)sizeof(float), "weights");
     fm_backend_name_buffer(r->gshard_d, r->red.S * (int64_t)sizeof *r->gshard_d, "grad shard");
   }
@@ -631,6 +638,7 @@ static void teardown(Run *r) {
   if (r->be) {
     r->be->free(r->gshard_d);
     r->be->free(r->norm_d);
+    r->be->free(r->mloss_d);
     r->be->free(r->gfull_d);
   }
   if (r->model && r->wh != fm_model_param_arena(r->model)) free(r->wh);
@@ -723,6 +731,7 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
 /* The run's state as the checkpoint module sees it: dist's table of the
  * sharded arrays (pointers into Run) and the scalars. */
 static FmCkptState ckpt_state(Run *r, int64_t step) {
+  fm_reduce_scales_to_host(&r->red); /* the block maxima a checkpoint stores (on the device under NCCL) */
   FmCkptState s = {.spike = &r->spike, .step = step, .skipped = r->skipped, .redone = r->red.redone,
                    .samples = fm_sampler_samples_at(&r->sampler, step), /* B may have changed on a resume */
                    .seed = r->c->run.seed, .optim_name = fm_optim_params(r->opt)->kind->name,

@@ -29,6 +29,8 @@
 #          buffer (fmhpc_emu's copy counters, FMHPC_EMU_COPY_STATS) at 1 and 2
 #          ranks: no optimizer state, no weights (at 2 ranks exactly the MPI
 #          all-gather's staging), the reduced shard up once, the rest bounded
+#   sync   a step's device allocations (0 after the first) and reads (copy_to_host: host syncs),
+#          at most a stated few and the same with 1 and several micro-batches (comm 'nccl', 'auto')
 #   gpt2   tiny GPT-2 (tied embeddings), AdamW; each 3 steps of 4 sequences
 #          in micro-batches of 1, exact reduction, and a validation pass:
 #     - the CPU backend's losses (3 steps and validation) within 1e-6
@@ -401,6 +403,74 @@ PY
     { grep -i "non-finite\|step " "$D/nan.log"; fail "nan: the planted NaN was not named"; }
   grep -q '"skipped": 1,' "$D/nan/summary.json" || fail "nan: summary does not count 1 skipped step"
   echo "PASS: fast_nccl"
+  exit 0
+fi
+if [ "$case_" = sync ]; then # what a device step waits for and allocates, per micro-batch count
+  # fmhpc_emu counts (FMHPC_EMU_COPY_STATS=1) its device allocations and waits: the calls that wait
+  # for the stream on a GPU (a host sync): reads (copy_to_host), uploads (copy_to_device) and
+  # synchronize; queued uploads (copy_to_device_async, the micro-batches) do not wait. Runs of 1
+  # and 3 steps differ by 2 steps, so (count(3) - count(1)) / 2 is a step after the first. The
+  # device path (comm 'nccl' at 2 ranks, 'auto' = NCCL at 1 rank), 1 micro-batch a rank and several:
+  #   allocations  0 a step
+  #   waits        the same number whatever the micro-batch count, at most WAITS_MAX: 3 reads
+  #                (the redo flags, the step's micro-batch losses in one copy, the grad norm's
+  #                partials), no upload, no synchronize
+  # A read or a waiting upload per micro-batch (the loss before it was summed on the device, the
+  # batch before its uploads were queued) fails the equality; the scales' upload (before they were
+  # computed on the device) fails the bound.
+  WAITS_MAX=${FMHPC_EMU_SYNC_WAITS_MAX:-3}
+  D=$WORK/sync
+  rm -rf "$D" && mkdir -p "$D"
+  args=("$SRC/inputs/llama_nano.in" model%n_head=4 model%n_kv_head=2 model%d_ff=64 model%tie_embeddings=F
+        "${common[@]}" "data%valid=''" "train%backend='cuda'")
+  for run in "auto 1 1" "auto 1 4" "nccl 2 1" "nccl 2 2"; do
+    read -r comm np mb <<< "$run"
+    for st in 1 3; do
+      n=${comm}_np${np}_mb${mb}_s$st
+      FMHPC_EMU_COPY_STATS=1 timeout -k 5 240 "$MPIEXEC" -n $np "$EMU" "${args[@]}" train%steps=$st \
+        train%micro_batch=$mb "parallel%comm='$comm'" "run%out_dir='$D/$n'" > "$D/$n.log" 2>&1 ||
+        { tail -20 "$D/$n.log"; fail "$n"; }
+    done
+  done
+  /usr/bin/python3 - "$D" "$WAITS_MAX" <<'PY'
+import json, re, sys
+d, waits_max = sys.argv[1], int(sys.argv[2])
+def stats(name):
+    log = open(f"{d}/{name}.log").read()
+    dev = {int(r): tuple(map(int, v)) for r, *v in re.findall(
+        r"fmhpc_emu: rank (\d+) device: (\d+) allocations, (\d+) waits \((\d+) reads, (\d+) uploads, "
+        r"(\d+) synchronize calls\), (\d+) queued uploads", log)}
+    return dev, json.load(open(f"{d}/{name}/summary.json"))
+bad = 0
+def check(ok, what):
+    global bad
+    print(("ok: " if ok else "FAIL: ") + what)
+    bad += not ok
+per = {}
+for comm, np, mb in (("auto", 1, 1), ("auto", 1, 4), ("nccl", 2, 1), ("nccl", 2, 2)):
+    (da, sa), (db, sb) = stats(f"{comm}_np{np}_mb{mb}_s1"), stats(f"{comm}_np{np}_mb{mb}_s3")
+    if sorted(da) != list(range(np)) or sorted(db) != list(range(np)):
+        sys.exit(f"FAIL: {comm} np {np}: device counters of ranks {sorted(da)} and {sorted(db)}")
+    if sa["redone"] != sb["redone"] or sa["skipped"] or sb["skipped"]:
+        sys.exit(f"FAIL: {comm} np {np} mb {mb}: redone {sa['redone']}/{sb['redone']}, skipped "
+                 f"{sa['skipped']}/{sb['skipped']} (a redo or skip changes what a step reads)")
+    micro = 4 // np // mb  # global_batch 4
+    for r in range(np):
+        a, w, h, u, s, q = ((y - x) / 2 for x, y in zip(da[r], db[r]))
+        print(f"{comm} np {np} rank {r}, {micro} micro-batch(es) a step: {a:g} allocations, {w:g} waits ({h:g} "
+              f"reads, {u:g} uploads, {s:g} synchronize), {q:g} queued uploads a step")
+        check(a == 0, f"{comm} np {np} rank {r} ({micro} micro-batches): no allocation in a step after the first")
+        check(w <= waits_max, f"{comm} np {np} rank {r} ({micro} micro-batches): {w:g} waits a step <= {waits_max}")
+        check(q >= 4 * micro, f"{comm} np {np} rank {r}: the {micro} micro-batch(es) queued (>= 4 uploads each)")
+        per[comm, np, r, micro] = (h, u, s)
+for comm, np in (("auto", 1), ("nccl", 2)):
+    for r in range(np):
+        few, many = per[comm, np, r, 1], per[comm, np, r, 4 // np]
+        check(few == many, f"{comm} np {np} rank {r}: (reads, uploads, synchronize) a step {few} with 1 "
+              f"micro-batch, {many} with {4 // np}: the same")
+sys.exit(f"FAIL: {bad} check(s)" if bad else 0)
+PY
+  echo "PASS: sync"
   exit 0
 fi
 if [ "$case_" = traffic ]; then # what a training step moves between host and device

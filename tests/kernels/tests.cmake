@@ -86,7 +86,7 @@ target_include_directories(fmhpc_emu PRIVATE ${FM_SIMT_DIR})
 target_link_libraries(fmhpc_emu PRIVATE fmhpc_lib fm_simt_kernels fm_nccl_emu)
 set_target_properties(fmhpc_emu PROPERTIES LINKER_LANGUAGE CXX)
 set(FM_EMU_TRAIN_WORK ${PROJECT_BINARY_DIR}/tests/kernels/emu_train)
-foreach(case IN ITEMS data llama gpt2 llama_bf16 paths plans oom traffic nccl_shards gpubind fast_nccl)
+foreach(case IN ITEMS data llama gpt2 llama_bf16 paths plans oom traffic nccl_shards gpubind fast_nccl sync)
   add_test(NAME emu.train_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/emu_train.sh ${case} $<TARGET_FILE:fmhpc>
                    $<TARGET_FILE:fmhpc_emu> ${MPIEXEC_EXECUTABLE} ${PROJECT_BINARY_DIR}/tests/data/fixtures

@@ -48,5 +48,6 @@ void fm_cpu_copy(void *dst, const void *src, int64_t bytes) {
 /* Host and backend memory are one: both directions are fm_cpu_copy. */
 void fm_cpu_copy_to_device(void *dst, const void *host_src, int64_t bytes) { fm_cpu_copy(dst, host_src, bytes); }
 void fm_cpu_copy_to_host(void *host_dst, const void *src, int64_t bytes) { fm_cpu_copy(host_dst, src, bytes); }
+void fm_cpu_copy_to_device_async(void *dst, const void *host_src, int64_t bytes) { fm_cpu_copy(dst, host_src, bytes); }
 
 void fm_cpu_synchronize(void) {}

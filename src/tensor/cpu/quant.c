@@ -12,6 +12,8 @@
 
 #include "fmhpc/tensor.h"
 
+#include "../elementwise.h" /* fm_block_exponent */
+
 void fm_cpu_quant_add(int64_t *acc, float *amax, int32_t *flags, const float *grad, const int32_t *exp2, int64_t lo,
                       int64_t hi, int64_t block, int64_t limit) {
   if (block <= 0 || lo % block != 0)
@@ -49,4 +51,8 @@ void fm_cpu_dequant(float *out, const int64_t *acc, const int32_t *exp2, int64_t
     const int64_t i1 = i0 + block < len ? i0 + block : len;
     for (int64_t i = i0; i < i1; i++) out[i] = (float)((double)acc[i] * inv);
   }
+}
+
+void fm_cpu_block_scales(int32_t *exp2, const float *amax, int64_t nblocks, int64_t limit) {
+  for (int64_t b = 0; b < nblocks; b++) exp2[b] = fm_block_exponent(amax[b], limit);
 }

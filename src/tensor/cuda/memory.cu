@@ -149,6 +149,15 @@ extern "C" void fm_cuda_copy_to_device(void *dst, const void *host_src, int64_t 
   FM_CUDA_CHECK(cudaStreamSynchronize(fm__stream));
 }
 
+/* Host -> device without waiting: queued on the stream; the caller keeps the
+ * host buffer unchanged until its next wait (a micro-batch's upload: the step
+ * ends with a read). From pageable memory the runtime stages the buffer before
+ * returning; from pinned memory the DMA overlaps the queued kernels. */
+extern "C" void fm_cuda_copy_to_device_async(void *dst, const void *host_src, int64_t bytes) {
+  if (bytes <= 0) return;
+  FM_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, (size_t)bytes, cudaMemcpyHostToDevice, fm__stream));
+}
+
 /* Device -> host, after all work queued on the stream; returns when the data is there. */
 extern "C" void fm_cuda_copy_to_host(void *host_dst, const void *src, int64_t bytes) {
   if (bytes <= 0) return;

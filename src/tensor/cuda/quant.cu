@@ -13,6 +13,8 @@
 
 #include "cuda_common.cuh"
 
+#include "../elementwise.h" /* fm_block_exponent */
+
 #define FM__Q_THREADS 256
 
 static __global__ void fm__quant_add_kernel(int64_t *acc, float *amax, int32_t *flags, const float *grad,
@@ -96,4 +98,15 @@ extern "C" void FM_CUDA_OP(dequant)(float *out, const int64_t *acc, const int32_
   int64_t blocks = (len + FM__Q_THREADS - 1) / FM__Q_THREADS;
   if (blocks > 4096) blocks = 4096;
   FM_LAUNCH(fm__dequant_kernel, (unsigned)blocks, FM__Q_THREADS, 0, out, acc, exp2, lo, len, block);
+}
+
+static __global__ void fm__block_scales_kernel(int32_t *exp2, const float *amax, int64_t nblocks, int64_t limit) {
+  FM__CUDA_FOR_EACH(b, nblocks) exp2[b] = fm_block_exponent(amax[b], limit);
+}
+
+/* exp2[b] = fm_block_exponent(amax[b], limit): the next step's scales where
+ * the maxima are (reduce.c's fm_reduce_begin on the NCCL path), no copy. */
+extern "C" void FM_CUDA_OP(block_scales)(int32_t *exp2, const float *amax, int64_t nblocks, int64_t limit) {
+  if (nblocks <= 0) return;
+  FM_LAUNCH(fm__block_scales_kernel, fm__cuda_grid(nblocks), FM__CUDA_BLOCK, 0, exp2, amax, nblocks, limit);
 }

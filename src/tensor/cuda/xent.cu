@@ -5,8 +5,11 @@
  *   pass 1: logits (N, vc) = x @ w[v0:v0+vc]^T (gemm.cu's cuBLASLt wrapper),
  *           then each row's running max and sum of exp (one warp per row, a
  *           fixed butterfly) and its target's logit;
- *   lse = m + log(l) per row; the loss is summed on the host in row order
- *           (the op returns it: one copy of 2N floats, the op's only sync);
+ *   lse = m + log(l) per row; the loss summed on the device in row order in
+ *           double (fm__xent_loss_kernel: the sum the host made before, the
+ *           same bits), into a device double: xent_fwd_bwd_dev leaves it
+ *           there (a training step reads its micro-batches' losses once, at
+ *           its end); xent_fwd_bwd copies that one double to the host;
  *   pass 2 (dx or dw): the logits again, dlogits = weight (softmax - onehot)
  *           in place, dx += dlogits @ w_chunk, dw_chunk += dlogits^T @ x.
  * Deterministic (fixed GEMM plans, one writer per element, no atomics); not
@@ -76,12 +79,34 @@ static __global__ void fm__xent_dlogits_kernel(float *tiles, int64_t vce, const 
   }
 }
 
-static float *fm__xe_host; /* 2N floats: lse and target logits, grown once */
-static int64_t fm__xe_host_n;
+/* *loss = sum_n weight[n] (lse[n] - tl[n]) over the rows with weight != 0,
+ * in row order in double, correctly rounded (never contracted): the sum the
+ * host made before this kernel, bit for bit. One block: each chunk's terms
+ * are formed in parallel, then thread 0 adds them in row order. */
+#define FM__XE_LOSS_THREADS 256
+static __global__ void fm__xent_loss_kernel(double *loss, const float *lse, const float *tl, const float *weight,
+                                            int64_t N) {
+  __shared__ double term[FM__XE_LOSS_THREADS];
+  double s = 0.0;
+  for (int64_t n0 = 0; n0 < N; n0 += FM__XE_LOSS_THREADS) {
+    const int64_t n = n0 + threadIdx.x;
+    if (n < N)
+      term[threadIdx.x] =
+          weight[n] != 0.0f ? fm__dmul((double)weight[n], fm__dadd((double)lse[n], -(double)tl[n])) : 0.0;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int64_t k = N - n0 < FM__XE_LOSS_THREADS ? N - n0 : FM__XE_LOSS_THREADS;
+      for (int64_t j = 0; j < k; j++)
+        if (weight[n0 + j] != 0.0f) s = fm__dadd(s, term[j]);
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = s;
+}
 
-extern "C" double FM_CUDA_OP(xent_fwd_bwd)(float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
-                                           const float *weight, int64_t N, int64_t C, int64_t V, float *scratch) {
-  if (N <= 0) return 0.0;
+/* Both ops: the loss into the device double *loss_d. */
+static void fm__xent(float *dx, float *dw, const float *x, const float *w, const int32_t *targets, const float *weight,
+                     int64_t N, int64_t C, int64_t V, float *scratch, double *loss_d) {
   const int64_t vce = (fm_cpu_xent_scratch(N, V) - 3 * N) / N;
   float *tiles = scratch, *m = scratch + N * vce, *l = m + N, *tl = l + N;
   const unsigned rows = (unsigned)((N + FM__XE_WARPS - 1) / FM__XE_WARPS);
@@ -92,26 +117,8 @@ extern "C" double FM_CUDA_OP(xent_fwd_bwd)(float *dx, float *dw, const float *x,
     FM_LAUNCH(fm__xent_lse_kernel, rows, 32 * FM__XE_WARPS, 0, m, l, tl, tiles, vce, targets, weight, N, v0, vc);
   }
   FM_LAUNCH(fm__xent_finish_kernel, fm__cuda_grid(N), FM__CUDA_BLOCK, 0, m, l, N);
-  /* the loss, in row order, on the host */
-  if (fm__xe_host_n < N) {
-    free(fm__xe_host);
-    fm__xe_host = (float *)fm_xmalloc((size_t)(3 * N) * sizeof(float));
-    fm__xe_host_n = N;
-  }
-  float *hl = fm__xe_host, *ht = hl + N, *hw = ht + N;
-#ifdef FM_SIMT
-  memcpy(hl, m, (size_t)N * sizeof(float));
-  memcpy(ht, tl, (size_t)N * sizeof(float));
-  memcpy(hw, weight, (size_t)N * sizeof(float));
-#else
-  fm_cuda_copy_to_host(hl, m, N * (int64_t)sizeof(float));
-  fm_cuda_copy_to_host(ht, tl, N * (int64_t)sizeof(float));
-  fm_cuda_copy_to_host(hw, weight, N * (int64_t)sizeof(float));
-#endif
-  double loss = 0.0;
-  for (int64_t n = 0; n < N; n++)
-    if (hw[n] != 0.0f) loss += (double)hw[n] * ((double)hl[n] - (double)ht[n]);
-  if (!dx && !dw) return loss;
+  FM_LAUNCH(fm__xent_loss_kernel, 1, FM__XE_LOSS_THREADS, 0, loss_d, m, tl, weight, N);
+  if (!dx && !dw) return;
   for (int64_t v0 = 0; v0 < V; v0 += vce) {
     const int64_t vc = V - v0 < vce ? V - v0 : vce;
     fm__gemm_cm(1, 0, vc, N, C, 1.0f, w + v0 * C, C, x, C, 0.0f, tiles, vce);
@@ -122,5 +129,30 @@ extern "C" double FM_CUDA_OP(xent_fwd_bwd)(float *dx, float *dw, const float *x,
     /* dw_chunk (vc, C) += dlogits^T @ x: column-major dw_chunk (C, vc) += x (C, N) tiles^T (N, vc) */
     if (dw) fm__gemm_cm(0, 1, C, vc, N, 1.0f, x, C, tiles, vce, 1.0f, dw + v0 * C, C);
   }
+}
+
+extern "C" void *FM_CUDA_OP(alloc)(int64_t bytes);
+extern "C" void FM_CUDA_OP(memset)(void *p, int value, int64_t bytes);
+extern "C" void FM_CUDA_OP(copy_to_host)(void *host_dst, const void *src, int64_t bytes);
+
+extern "C" void FM_CUDA_OP(xent_fwd_bwd_dev)(float *dx, float *dw, const float *x, const float *w,
+                                             const int32_t *targets, const float *weight, int64_t N, int64_t C,
+                                             int64_t V, float *scratch, double *loss_out) {
+  if (N <= 0) {
+    FM_CUDA_OP(memset)(loss_out, 0, (int64_t)sizeof *loss_out);
+    return;
+  }
+  fm__xent(dx, dw, x, w, targets, weight, N, C, V, scratch, loss_out);
+}
+
+static double *fm__xe_loss_d; /* the returning op's device double, made at its first call */
+
+extern "C" double FM_CUDA_OP(xent_fwd_bwd)(float *dx, float *dw, const float *x, const float *w, const int32_t *targets,
+                                           const float *weight, int64_t N, int64_t C, int64_t V, float *scratch) {
+  if (N <= 0) return 0.0;
+  if (!fm__xe_loss_d) fm__xe_loss_d = (double *)FM_CUDA_OP(alloc)((int64_t)sizeof(double));
+  fm__xent(dx, dw, x, w, targets, weight, N, C, V, scratch, fm__xe_loss_d);
+  double loss = 0.0;
+  FM_CUDA_OP(copy_to_host)(&loss, fm__xe_loss_d, (int64_t)sizeof loss); /* waits for the backward GEMMs too */
   return loss;
 }

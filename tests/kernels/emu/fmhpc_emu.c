@@ -20,7 +20,16 @@
  * the weights, the optimizer state, the gradient shard), the bytes of those
  * copies that landed in it or came from it:
  *   fmhpc_emu: rank R buffer 'NAME' (B bytes): to_device B bytes, to_host B bytes
- * (tests/kernels/emu_train.sh, case traffic: what a training step moves).
+ * (tests/kernels/emu_train.sh, case traffic: what a training step moves),
+ * and what a step waits for or allocates on the device:
+ *   fmhpc_emu: rank R device: A allocations, W waits (H reads, U uploads, S synchronize calls), Q queued uploads
+ * (the emulated runtime's calls, fm_simt_mem_calls, through the table or a
+ * kernel file's own: A counts allocations; a wait is a call that waits for
+ * the stream on a GPU, a host sync: copy_to_host (a read), copy_to_device (an
+ * upload that returns when the host buffer may be reused) and synchronize; Q
+ * counts copy_to_device_async, which does not wait. emu_train.sh, case sync:
+ * the waits of a step do not grow with its micro-batches, and a step after
+ * the first allocates nothing).
  *
  * Everything else is src/main.c, compiled here with main renamed. */
 #include <stdio.h>
@@ -79,6 +88,14 @@ static void print_copy_stats(void) { /* the launcher's rank (Open MPI, else PMI,
   if (!rank) rank = getenv("PMI_RANK");
   fprintf(stderr, "fmhpc_emu: rank %s copies: to_device %lld bytes in %lld calls, to_host %lld bytes in %lld calls\n",
           rank ? rank : "-1", h2d_bytes, h2d_calls, d2h_bytes, d2h_calls);
+  FmSimtMemCalls c;
+  fm_simt_mem_calls(&c);
+  fprintf(stderr,
+          "fmhpc_emu: rank %s device: %llu allocations, %llu waits (%llu reads, %llu uploads, %llu synchronize "
+          "calls), %llu queued uploads\n",
+          rank ? rank : "-1", (unsigned long long)c.allocs, (unsigned long long)(c.reads + c.uploads + c.syncs),
+          (unsigned long long)c.reads, (unsigned long long)c.uploads, (unsigned long long)c.syncs,
+          (unsigned long long)c.queued);
   for (int i = 0; i < nnamed; i++)
     fprintf(stderr, "fmhpc_emu: rank %s buffer '%s' (%lld bytes): to_device %lld bytes, to_host %lld bytes\n",
             rank ? rank : "-1", named[i].name, (long long)named[i].bytes, named[i].to_device, named[i].to_host);

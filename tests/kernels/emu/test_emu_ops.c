@@ -480,6 +480,47 @@ FM_TEST(xent_fwd_bwd) {
   report("xent_fwd_bwd (3 vocab chunks, a masked row)", 1);
 }
 
+/* xent_fwd_bwd_dev: the loss left in a device double (a training step reads
+ * its micro-batches' losses once, at its end) is the returning op's, bit for
+ * bit, and is the sum the host made before the loss moved to the device:
+ * sum_n weight[n] (lse[n] - target logit[n]) in row order in double, over the
+ * rows with weight != 0, here recomputed on the host from the op's scratch.
+ * N = 600 rows: three chunks of the loss kernel's 256 terms, a partial last
+ * one, masked rows (whose target logit the op never writes) among them. */
+FM_TEST(xent_loss_on_device) {
+  const int64_t N = 600, C = 8, V = 40;
+  float *x = f32_uniform(N * C, -1, 1), *w = f32_uniform(V * C, -1, 1), *wt = f32(N);
+  int32_t *tg = fm_xcalloc((size_t)N, sizeof *tg);
+  for (int64_t n = 0; n < N; n++) {
+    tg[n] = (int32_t)uniform(0, (double)V);
+    wt[n] = n % 7 == 3 ? 0.0f : (float)uniform(0.1, 2.0) / (float)N;
+  }
+  const int64_t S = fm_cpu_xent_scratch(N, V), vce = (S - 3 * N) / N;
+  int compared = 0;
+  for (int s = 0; s < NSCHED; s++) {
+    schedule(s);
+    float *gs = f32(S), *dx1 = f32(N * C), *dw1 = f32(V * C), *dx2 = f32(N * C), *dw2 = f32(V * C);
+    for (int64_t i = 0; i < N; i++) gs[N * vce + 2 * N + i] = NAN; /* unwritten target logits of masked rows */
+    const double ret = emu.xent_fwd_bwd(dx1, dw1, x, w, tg, wt, N, C, V, gs);
+    const float *lse = gs + N * vce, *tl = lse + 2 * N;
+    double host = 0.0;
+    for (int64_t n = 0; n < N; n++)
+      if (wt[n] != 0.0f) host += (double)wt[n] * ((double)lse[n] - (double)tl[n]);
+    double dev = -1.0;
+    emu.xent_fwd_bwd_dev(dx2, dw2, x, w, tg, wt, N, C, V, gs, &dev);
+    FM_EXPECT(memcmp(&dev, &ret, sizeof dev) == 0);
+    FM_EXPECT(memcmp(&dev, &host, sizeof dev) == 0);
+    FM_EXPECT(isfinite(dev) && dev > 0.0);
+    EXPECT_BITS("xent_fwd_bwd_dev dx (vs xent_fwd_bwd)", dx2, dx1, N * C, 4);
+    EXPECT_BITS("xent_fwd_bwd_dev dw (vs xent_fwd_bwd)", dw2, dw1, V * C, 4);
+    compared++;
+    free(gs), free(dx1), free(dw1), free(dx2), free(dw2);
+  }
+  FM_EXPECT_EQ_INT(compared, NSCHED);
+  free(x), free(w), free(wt), free(tg);
+  report("xent_fwd_bwd_dev (600 rows, masked rows)", 1);
+}
+
 /* ---- norms ------------------------------------------------------------------- */
 static const int64_t norm_shapes[][2] = {{5, 13}, {9, 64}, {3, 1}, {7, 1536}, {40, 100}, {33, 8}};
 enum { NNORM = sizeof norm_shapes / sizeof norm_shapes[0] };
@@ -694,7 +735,8 @@ FM_TEST(quant_add_vs_reduce_add) {
       }
       fm_reduce_add(&g, grad);
       for (int r = 0; r < g.P; r++) /* the CPU op, the readable form of the same contract */
-        cpu()->quant_add(cacc + (int64_t)r * g.S, camax, cflags, grad, g.exp2, g.lo[r], g.hi[r], FM_DIST_BLOCK, g.limit);
+        cpu()->quant_add(cacc + (int64_t)r * g.S, camax, cflags, grad, g.exp2, g.lo[r], g.hi[r], FM_DIST_BLOCK,
+                         g.limit);
       for (int s = 0; s < NSCHED; s++) {
         schedule(s);
         for (int r = 0; r < g.P; r++)
@@ -733,6 +775,50 @@ FM_TEST(quant_add_vs_reduce_add) {
  * formula bit for bit, on sums that need both roundings (int64 -> double
  * drops bits above 2^53, double -> float rounds again, and ties), at a shard
  * start inside the vector and scales from 2^-120 to 2^120. */
+/* block_scales: the next step's scale exponents where the maxima are (the
+ * NCCL path keeps them on the device). Against an independent reference:
+ * s = log2(limit) - (ilogb(amax) + 1) - 12 clamped to [-120, 120] (an
+ * all-zero block as amax = 1), on maxima across the float range (zero,
+ * subnormals, powers of two and their neighbours, FLT_MAX), for two limits;
+ * the CPU op and the emulated kernel give exactly these integers. */
+FM_TEST(block_scales_bitwise) {
+  enum { NB = 1000 };
+  float *amax = f32(NB);
+  const float fixed[] = {0.0f,    1.0f, 0.5f,        2.0f,       1e-45f,  1e-40f, 1.17549435e-38f,
+                         FLT_MAX, 3.0f, 0.99999994f, 1.0000001f, 4096.0f, 1e30f,  1e-30f};
+  const int nf = (int)(sizeof fixed / sizeof fixed[0]);
+  for (int b = 0; b < NB; b++) amax[b] = b < nf ? fixed[b] : (float)ldexp(uniform(0.5, 1.0), (int)uniform(-149, 128));
+  const int64_t limits[] = {(int64_t)1 << 51, (int64_t)1 << 60};
+  int compared = 0;
+  for (int k = 0; k < 2; k++) {
+    int32_t ref[NB], cpu_s[NB];
+    int lim_bits = 0;
+    while (((int64_t)1 << lim_bits) < limits[k]) lim_bits++;
+    for (int b = 0; b < NB; b++) {
+      const int e = amax[b] > 0.0f ? ilogb(amax[b]) + 1 : 1;
+      int s = lim_bits - e - 12;
+      ref[b] = s > 120 ? 120 : s < -120 ? -120 : s;
+    }
+    cpu()->block_scales(cpu_s, amax, NB, limits[k]);
+    FM_EXPECT(memcmp(cpu_s, ref, sizeof ref) == 0);
+    for (int sc = 0; sc < NSCHED; sc++) {
+      schedule(sc);
+      int32_t got[NB];
+      memset(got, 0x7f, sizeof got);
+      emu.block_scales(got, amax, NB, limits[k]);
+      for (int b = 0; b < NB; b++) {
+        if (got[b] != ref[b])
+          FM__FAIL("block_scales: block %d amax %a limit 2^%d: %d, expected %d", b, (double)amax[b], lim_bits, got[b],
+                   ref[b]);
+        compared++;
+      }
+    }
+  }
+  FM_EXPECT_EQ_INT(compared, 2 * NSCHED * NB);
+  free(amax);
+  report("block_scales (1000 maxima, 2 limits)", 2);
+}
+
 FM_TEST(dequant_bitwise) {
   const int64_t block = FM_DIST_BLOCK, lo = 3 * block, len = 2 * block + 333, nb = 8;
   int64_t *acc = fm_xcalloc((size_t)len, sizeof *acc);
@@ -812,6 +898,12 @@ FM_TEST(memory_ops) {
   memcpy(want, host, N);
   memset(want + 7, 0x5A, 101);
   FM_EXPECT(memcmp(back, want, N) == 0);
+  /* a queued upload lands before the next read (the stream's order) */
+  emu.copy_to_device_async(a + 3, host + 500, 400);
+  emu.copy_to_host(back, a, N);
+  memcpy(want, host, N);
+  memcpy(want + 3, host + 500, 400);
+  FM_EXPECT(memcmp(back, want, N) == 0);
   emu.free(a);
   emu.free(b);
 }
@@ -827,6 +919,7 @@ static const char *const tested[] = {
     "device_mem",
     "memset",
     "copy_to_device",
+    "copy_to_device_async",
     "copy_to_host",
     "copy",
     "synchronize",
@@ -851,6 +944,8 @@ static const char *const tested[] = {
     /* attention_decode_vs_cpu */
     "attention_decode",
     "xent_fwd_bwd",
+    /* xent_loss_on_device */
+    "xent_fwd_bwd_dev",
     "matmul_fwd",
     "matmul_bwd",
     "layernorm_fwd",
@@ -875,6 +970,8 @@ static const char *const tested[] = {
     "quant_add",
     /* dequant_bitwise */
     "dequant",
+    /* block_scales_bitwise */
+    "block_scales",
 };
 static int is_tested(const char *op) {
   for (size_t i = 0; i < sizeof tested / sizeof tested[0]; i++)

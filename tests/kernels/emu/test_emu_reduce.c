@@ -100,6 +100,7 @@ FM_TEST(device_exchange_bitwise_vs_host) {
     float *shard_d = own ? NULL : emu.alloc(d.S * (int64_t)sizeof(float));
     fm_reduce_use_nccl(&d, w.nccl, shard_d);
     FM_REQUIRE(d.nccl == w.nccl);
+    FM_REQUIRE(d.d_amax_prev != NULL); /* the scales on the device: the redo below uses them */
     const int64_t lo = fm_reduce_lo(&h), len = fm_reduce_hi(&h) - lo;
     float *gh = fm_xcalloc((size_t)N, sizeof *gh), *dgrad = emu.alloc(N * (int64_t)sizeof(float));
     float *sh = fm_xcalloc((size_t)h.S, sizeof *sh), *sd = fm_xcalloc((size_t)h.S, sizeof *sd);
@@ -111,6 +112,7 @@ FM_TEST(device_exchange_bitwise_vs_host) {
     FM_EXPECT(!f.nf_h && !f.nf_d);
     if (!own) emu.copy_to_host(sd, shard_d, len * (int64_t)sizeof *sd);
     FM_EXPECT_EQ_INT(bit_diffs(sd, sh, len), 0);
+    fm_reduce_scales_to_host(&d); /* the maxima stay on the device (the next scales are computed there) */
     FM_EXPECT_EQ_INT(bit_diffs(d.amax_prev, h.amax_prev, d.nblocks), 0);
     compared += len + d.nblocks;
     /* ... against one rank that reduces every rank's micro-batches */
@@ -133,6 +135,7 @@ FM_TEST(device_exchange_bitwise_vs_host) {
     FM_EXPECT_EQ_INT(f.rc_h, 1);
     FM_EXPECT_EQ_INT(f.rc_d, 1);
     FM_EXPECT_EQ_INT(d.redone, h.redone);
+    fm_reduce_scales_to_host(&d); /* the maxima stay on the device (the next scales are computed there) */
     FM_EXPECT_EQ_INT(bit_diffs(d.amax_prev, h.amax_prev, d.nblocks), 0);
     f = step(&h, &d, &w, OVERFLOW, gh, dgrad, sh, sd);
     FM_EXPECT_EQ_INT(f.rc_h, 0);

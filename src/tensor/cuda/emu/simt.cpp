@@ -436,7 +436,10 @@ extern "C" int64_t fm_simt_mem_limit(void) {
   return (int64_t)(v * mult);
 }
 extern "C" int64_t fm_simt_mem_used(void) { return g_mem_used; }
+static FmSimtMemCalls g_calls;
+extern "C" void fm_simt_mem_calls(FmSimtMemCalls *c) { *c = g_calls; }
 extern "C" void *fm_simt_alloc(int64_t bytes) {
+  g_calls.allocs++;
   if (bytes < 0) fmsim::fail("fm_simt_alloc: negative size %lld", (long long)bytes);
   if (bytes == 0) return nullptr;
   const int64_t limit = fm_simt_mem_limit();
@@ -464,12 +467,18 @@ extern "C" void fm_simt_memset(void *p, int value, int64_t bytes) {
   if (bytes > 0) memset(p, value, (size_t)bytes);
 }
 extern "C" void fm_simt_copy_to_device(void *dst, const void *src, int64_t bytes) {
+  g_calls.uploads++;
+  if (bytes > 0) memcpy(dst, src, (size_t)bytes);
+}
+extern "C" void fm_simt_copy_to_device_async(void *dst, const void *src, int64_t bytes) {
+  g_calls.queued++;
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);
 }
 extern "C" void fm_simt_copy_to_host(void *dst, const void *src, int64_t bytes) {
+  g_calls.reads++;
   if (bytes > 0) memcpy(dst, src, (size_t)bytes);
 }
 extern "C" void fm_simt_copy(void *dst, const void *src, int64_t bytes) {
   if (bytes > 0 && dst != src) memmove(dst, src, (size_t)bytes);
 }
-extern "C" void fm_simt_synchronize(void) {}
+extern "C" void fm_simt_synchronize(void) { g_calls.syncs++; }

@@ -47,6 +47,15 @@ typedef struct FmSimtStats {
 } FmSimtStats;
 void fm_simt_stats(FmSimtStats *s);
 void fm_simt_reset_stats(void);
+/* The emulated runtime's memory calls since the start, whoever made them (the
+ * backend table or a kernel file's own call): allocations, reads
+ * (copy_to_host), waiting uploads (copy_to_device), synchronize calls and
+ * queued uploads (copy_to_device_async). On a GPU the middle three wait for
+ * the stream: host syncs. */
+typedef struct FmSimtMemCalls {
+  uint64_t allocs, reads, uploads, syncs, queued;
+} FmSimtMemCalls;
+void fm_simt_mem_calls(FmSimtMemCalls *c);
 
 #ifdef __cplusplus
 }

@@ -95,13 +95,17 @@ for case, label, goal, peak_goal in CASES:
     def cell(f):
         if not f:
             return "FAILED"
-        return "%.0f tok/s, %.2f CPU-s/step, %.1f GFLOP/s (%.0f%% of sgemm %.0f)" % (
-            f["tok_s"], f["cpu_s_step"], f["gflops"], 100 * f["gflops"] / f["peak_gflops"], f["peak_gflops"])
+        return "%.0f tok/s, %s CPU-s/step, %.1f GFLOP/s (%.0f%% of sgemm %.0f)" % (
+            f["tok_s"], "%.2f" % f["cpu_s_step"] if "cpu_s_step" in f else "-", f["gflops"],
+            100 * f["gflops"] / f["peak_gflops"], f["peak_gflops"])
 
     def ratio(f):
         if not f or not pt:
             return "-", None
-        w, c = f["tok_s"] / pt["tok_s"], pt["cpu_s_step"] / f["cpu_s_step"]
+        w = f["tok_s"] / pt["tok_s"]
+        if "cpu_s_step" not in f:
+            return "%.2fx" % w, (None if loaded else w)
+        c = pt["cpu_s_step"] / f["cpu_s_step"]
         return "%.2fx (CPU %.2fx)" % (w, c), (c if loaded else w)
 
     rb, _ = ratio(fb)
@@ -150,12 +154,17 @@ for P in (2, 4):
     oa, ob = kv(read("overlap_%d_after" % P), "RESULT overlap"), kv(read("overlap_%d_before" % P), "RESULT overlap")
 
     def ms(r, k, kc):
-        return "%.0f ms (%.2f CPU-s)" % (r[k], r[kc]) if r and r.get(k) else "-"
+        if not r or not r.get(k):
+            return "-"
+        return "%.0f ms (%.2f CPU-s)" % (r[k], r[kc]) if r.get(kc) else "%.0f ms" % r[k]
 
     def rat(r, k, kc, ka="allreduce_ms", kac="allreduce_cpu_s"):
         if not r or not r.get(k) or not r.get(ka):
             return "-", None
-        w, c = r[k] / r[ka], r[kc] / r[kac]
+        w = r[k] / r[ka]
+        if not r.get(kc) or not r.get(kac):
+            return "%.2fx" % w, (None if loaded else w)
+        c = r[kc] / r[kac]
         return "%.2fx (CPU %.2fx)" % (w, c), (c if loaded else w)
 
     peer = ("float MPI_Allreduce %s; before's run %s" % (ms(ra_, "allreduce_ms", "allreduce_cpu_s"),

@@ -52,6 +52,7 @@ def met_le(value, goal):
 roof = kv(read("roof"), "RESULT roof")
 mc1, mcn = roof.get("memcpy1_gb_s", 0), roof.get("memcpyn_gb_s", 0)
 wk, wd = roof.get("write_kept_gb_s", 0), roof.get("write_deleted_gb_s", 0)
+wkc, wdc = roof.get("write_kept_gb_cpu_s", 0), roof.get("write_deleted_gb_cpu_s", 0)
 gemm_cpu = roof.get("sgemm_gflop_cpu_s", 0)  # one thread's sgemm, GFLOP per CPU-second
 
 
@@ -272,16 +273,19 @@ def pr(p):
 row("prep linux-doc%s, 1 rank, per CPU-s" % (" (1/4)" if quick else ""), pcell(pb), pcell(pa),
     "tokenizer alone %.0f tok/CPU-s" % tok_cpu if tok_cpu else "-",
     "%.2fx" % pr(pb) if pr(pb) else "-", "%.2fx" % pr(pa) if pr(pa) else "-", ">= 0.70x", met_ge(pr(pa), 0.70))
-if pa and pa["bytes"] and tok_cpu and wk:
+if pa and pa["bytes"] and tok_cpu and wkc:
+    # per CPU-second, as the prep row: the writer's CPU time copying the shard into the page cache
     bpt = pa["bytes"] / pa["tokens"]
-    bound = 1 / (1 + tok_cpu * bpt / (wk * 1e9))
-    bound_d = 1 / (1 + tok_cpu * bpt / (wd * 1e9)) if wd else 0
+    bound = 1 / (1 + tok_cpu * bpt / (wkc * 1e9))
+    bound_d = 1 / (1 + tok_cpu * bpt / (wdc * 1e9)) if wdc else 0
     bounds.append(dict(
         goal="prep >= 0.70x the tokenizer", bound_ratio=bound, measured_ratio=pr(pa),
         text="prep writes %.1f bytes a token (the store, %d bytes for %d tokens); a pwrite loop writes a kept file at "
-        "%.2f GB/s here (%.2f GB/s into one deleted at once), so with the tokenizer at %.0f tok/CPU-s prep can reach "
-        "at most %.2fx of the tokenizer alone (%.2fx at the deleted-file rate) before any other work; measured %.2fx"
-        % (bpt, pa["bytes"], pa["tokens"], wk, wd, tok_cpu, bound, bound_d, pr(pa) or 0)))
+        "%.2f GB per CPU-s here (%.2f GB/s wall; %.2f GB per CPU-s into one deleted at once), so with the tokenizer "
+        "at %.0f tok/CPU-s prep can reach at most %.2fx of the tokenizer alone (%.2fx at the deleted-file rate) "
+        "before any other work; measured %.2fx%s"
+        % (bpt, pa["bytes"], pa["tokens"], wkc, wk, wdc, tok_cpu, bound, bound_d, pr(pa) or 0,
+           "; the write cost alone does not bar 0.70x" if bound >= 0.70 else "; 0.70x is above this bound")))
 
 # ---- print -------------------------------------------------------------------
 H = ("row", "before", "after", "peer", "ratio_before", "ratio_after", "goal", "met")

@@ -15,16 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "fmhpc/hash.h"
-
-static double cpu_s(void) {
-  struct rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
-}
+#include "../bench_util.h"
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -40,11 +34,11 @@ int main(int argc, char **argv) {
   size_t path_len = strlen(argv[1]) + 32;
   char *path = malloc(path_len);
   for (int r = 0; r < reps; r++) {
-    double c0 = cpu_s();
+    double c0 = cpu_now();
     uint8_t *b = malloc(n);
     if (!b) return fprintf(stderr, "bench_shard_io: out of memory\n"), 1;
     memset(b, 0x5a, n); /* every page touched, as the rows are */
-    double c1 = cpu_s();
+    double c1 = cpu_now();
     snprintf(path, path_len, "%s/shard_io_%d.bin", argv[1], r);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return perror(path), 1;
@@ -55,12 +49,12 @@ int main(int argc, char **argv) {
       o += (size_t)w;
     }
     close(fd);
-    double c2 = cpu_s();
+    double c2 = cpu_now();
     uint8_t d[32];
     fm_sha256(b, n, d);
     fm_sha256(b, nin < n ? nin : n, d); /* the input's checksum: as many bytes again */
     if (nin > n) fm_sha256(b, nin - n, d);
-    double c3 = cpu_s();
+    double c3 = cpu_now();
     free(b);
     t[0][r] = c1 - c0;
     t[1][r] = c2 - c1;

@@ -5,7 +5,9 @@
 # spike skip; grad accumulation) on the prepped linux-doc fixture, each reduced
 # to its per-step loss bits and the final weights' SHA-256. They are compared
 # with regression/reference/bits_guard.txt, which is fmhpc's own earlier output
-# (recorded at 4fc7521 on the CI machine kind, OpenBLAS Haswell kernels): a
+# (recorded at 4fc7521 on the CI machine kind, OpenBLAS Haswell kernels;
+# re-recorded when GELU and SwiGLU moved to the shared polynomial exp,
+# fm_expf_neg in src/tensor/elementwise.h, which moves their last bits): a
 # refactor that promises unchanged behaviour must leave every line equal. A
 # change that alters bits on purpose re-records with --record and says why in
 # its commit. Correctness itself is checked elsewhere (finite differences,

@@ -11,10 +11,9 @@
  * the explicitly rounded intrinsics (__fadd_rn, __fmul_rn, ...), which nvcc
  * never contracts into FMAs and which stay IEEE round-to-nearest even under
  * --use_fast_math. So an op built only from these (add, scale, casts, AdamW)
- * gives the same bits on CPU and GPU. Ops that call expf (GELU, SwiGLU) differ
- * by the libraries' expf: glibc's is within about 0.5 ulp, CUDA's within 2 ulp
- * (CUDA C Programming Guide, "Mathematical Functions"); tests/kernels states
- * the resulting tolerance. */
+ * gives the same bits on CPU and GPU. GELU and SwiGLU too: their exp is
+ * fm_expf_neg below, built from the same operations, not a library's expf
+ * (glibc's and CUDA's differ, and glibc's does not vectorise). */
 #ifndef FMHPC_TENSOR_ELEMENTWISE_H
 #define FMHPC_TENSOR_ELEMENTWISE_H
 
@@ -106,11 +105,40 @@ FM_HD static inline float fm_round_bf16(float x) { return fm_bf16_to_f32(fm_f32_
  * exp overflows, and neither s for z << 0 nor 1-s for z >> 0 is formed by
  * cancellation: 0.5*(1+tanh(u)) loses every digit of gelu(x) once tanh(u)
  * rounds to -1 (about x < -5.1); a = exp(-|z|) in (0, 1] keeps them. */
+/* exp(x) for x <= 0, down to the subnormal results: Cody-Waite reduction
+ * x = k ln2 + r, |r| <= ln2/2 (k by the 1.5 * 2^23 rounding trick), Cephes'
+ * degree-6 expf polynomial (about 1 ulp), and 2^k applied as two exact
+ * power-of-two factors 2^(k/2) 2^(k - k/2), so only the last product rounds
+ * (once, into the subnormal range when k < -126). Returns 0 below -104
+ * (exp(-104) rounds to 0), NaN for NaN; valid up to x = 88. Only
+ * correctly rounded + and * (and no branch): the same bits on the host, in
+ * vectorised CPU loops and on the device, unlike the libraries' expf. */
+FM_HD static inline float fm_expf_neg(float x) {
+  float xc = x > 88.0f ? 88.0f : x;
+  xc = xc >= -104.0f ? xc : -104.0f;
+  const float kf = fm_subf(fm_addf(fm_mulf(xc, 1.44269504088896341f), 12582912.0f), 12582912.0f);
+  float r = fm_subf(xc, fm_mulf(kf, 0.693359375f)); /* ln2 high part: the product is exact */
+  r = fm_addf(r, fm_mulf(kf, 2.12194440e-4f));      /* ln2 low part */
+  float p = 1.9875691500e-4f;
+  p = fm_addf(fm_mulf(p, r), 1.3981999507e-3f);
+  p = fm_addf(fm_mulf(p, r), 8.3334519073e-3f);
+  p = fm_addf(fm_mulf(p, r), 4.1665795894e-2f);
+  p = fm_addf(fm_mulf(p, r), 1.6666665459e-1f);
+  p = fm_addf(fm_mulf(p, r), 5.0000001201e-1f);
+  const float y = fm_addf(fm_addf(fm_mulf(fm_mulf(p, r), r), r), 1.0f);
+  const int32_t k = (int32_t)kf, k1 = k / 2, k2 = k - k1; /* k in [-150, 127]: both halves normal */
+  const float e = fm_mulf(fm_mulf(y, fm_bits_f32((uint32_t)(k1 + 127) << 23)), fm_bits_f32((uint32_t)(k2 + 127) << 23));
+  return x != x ? x : (x < -104.0f ? 0.0f : e);
+}
+
+/* a = exp(-|z|), r = 1/(1+a): s = r (z >= 0) or a r (z < 0), s(1-s) = (a r) r.
+ * One division, no branch: the CPU loops vectorise it. */
 FM_HD static inline float fm_sigmoid_d(float z, float *ds) {
-  float a = expf(-fabsf(z));
-  float d = fm_addf(1.0f, a);
-  *ds = fm_divf(a, fm_mulf(d, d));
-  return z >= 0.0f ? fm_divf(1.0f, d) : fm_divf(a, d); /* NaN z: a is NaN, so is s */
+  const float a = fm_expf_neg(-fabsf(z));
+  const float r = fm_divf(1.0f, fm_addf(1.0f, a));
+  const float ar = fm_mulf(a, r);
+  *ds = fm_mulf(ar, r);
+  return z >= 0.0f ? r : ar; /* NaN z: a is NaN, so are r and s */
 }
 
 /* ---- GELU, tanh approximation (GPT-2; torch gelu(approximate='tanh')) ------ */

@@ -3,10 +3,16 @@
  * tested against). Loops are OpenMP-parallel above a size where threads pay
  * off; every element is independent, so the result does not depend on the
  * thread count. No `simd` clause on loops that call expf: a vector math
- * library could change expf's bits between vectorised and scalar elements.
+ * library could change expf's bits between vectorised and scalar elements
+ * (GELU and SwiGLU use ../elementwise.h's polynomial exp, and are `simd`).
  * AdamW's loop is `simd`: its sqrt and divisions are IEEE operations,
  * correctly rounded in vector and scalar form alike (this file is built with
  * -fno-math-errno so that sqrtf is the instruction, not a libm call). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math") /* if-convert the selects (as attention.c); no result bit changes */
+#endif
+#include <math.h>
+
 #include "fmhpc/tensor.h"
 
 #include "../elementwise.h"
@@ -14,29 +20,70 @@
 /* Below this many elements a parallel region costs more than it saves. */
 #define FM_CPU_OMP_MIN ((int64_t)1 << 15)
 
+/* GELU and SwiGLU: their sigmoid (../elementwise.h) is branch-free and calls
+ * no library, so these loops vectorise; each lane does the same IEEE
+ * operations, so vector and scalar elements, and the AVX2 and baseline
+ * clones below, give the same bits (no FMA: -ffp-contract=off, and AVX2 alone
+ * does not enable FMA). */
+/* Elements per task: the range functions below run one chunk each. */
+#define FM_CPU_EW_CHUNK ((int64_t)1 << 14)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define FM_CPU_EW_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FM_CPU_EW_CLONES
+#endif
+
+FM_CPU_EW_CLONES static void gelu_fwd_range(float *out, const float *x, int64_t i0, int64_t i1) {
+#pragma omp simd
+  for (int64_t i = i0; i < i1; i++) out[i] = fm_gelu_fwd(x[i]);
+}
+
+FM_CPU_EW_CLONES static void gelu_bwd_range(float *dx, const float *dout, const float *x, int64_t i0, int64_t i1) {
+#pragma omp simd
+  for (int64_t i = i0; i < i1; i++) dx[i] = fm_gelu_bwd(dout[i], x[i]);
+}
+
+FM_CPU_EW_CLONES static void swiglu_fwd_range(float *out, const float *gate, const float *up, int64_t i0, int64_t i1) {
+#pragma omp simd
+  for (int64_t i = i0; i < i1; i++) out[i] = fm_swiglu_fwd(gate[i], up[i]);
+}
+
+FM_CPU_EW_CLONES static void swiglu_bwd_range(float *dgate, float *dup, const float *dout, const float *gate,
+                                              const float *up, int64_t i0, int64_t i1) {
+  /* dgate or dup may be an input (the same index): each lane loads before it stores */
+#pragma omp simd
+  for (int64_t i = i0; i < i1; i++) {
+    float dg, du;
+    fm_swiglu_bwd(&dg, &du, dout[i], gate[i], up[i]);
+    dgate[i] = dg;
+    dup[i] = du;
+  }
+}
+
+#define FM_CPU_EW_CHUNKS(n) (((n) + FM_CPU_EW_CHUNK - 1) / FM_CPU_EW_CHUNK)
+#define FM_CPU_EW_END(n, j) ((j)*FM_CPU_EW_CHUNK + FM_CPU_EW_CHUNK < (n) ? (j)*FM_CPU_EW_CHUNK + FM_CPU_EW_CHUNK : (n))
+
 void fm_cpu_gelu_fwd(float *out, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
-  for (int64_t i = 0; i < n; i++) out[i] = fm_gelu_fwd(x[i]);
+  for (int64_t j = 0; j < FM_CPU_EW_CHUNKS(n); j++) gelu_fwd_range(out, x, j * FM_CPU_EW_CHUNK, FM_CPU_EW_END(n, j));
 }
 
 void fm_cpu_gelu_bwd(float *dx, const float *dout, const float *x, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
-  for (int64_t i = 0; i < n; i++) dx[i] = fm_gelu_bwd(dout[i], x[i]);
+  for (int64_t j = 0; j < FM_CPU_EW_CHUNKS(n); j++)
+    gelu_bwd_range(dx, dout, x, j * FM_CPU_EW_CHUNK, FM_CPU_EW_END(n, j));
 }
 
 void fm_cpu_swiglu_fwd(float *out, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
-  for (int64_t i = 0; i < n; i++) out[i] = fm_swiglu_fwd(gate[i], up[i]);
+  for (int64_t j = 0; j < FM_CPU_EW_CHUNKS(n); j++)
+    swiglu_fwd_range(out, gate, up, j * FM_CPU_EW_CHUNK, FM_CPU_EW_END(n, j));
 }
 
 void fm_cpu_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= FM_CPU_OMP_MIN)
-  for (int64_t i = 0; i < n; i++) {
-    float dg, du;
-    fm_swiglu_bwd(&dg, &du, dout[i], gate[i], up[i]);
-    dgate[i] = dg; /* through locals: dgate or dup may alias an input */
-    dup[i] = du;
-  }
+  for (int64_t j = 0; j < FM_CPU_EW_CHUNKS(n); j++)
+    swiglu_bwd_range(dgate, dup, dout, gate, up, j * FM_CPU_EW_CHUNK, FM_CPU_EW_END(n, j));
 }
 
 void fm_cpu_add(float *out, const float *a, const float *b, int64_t n) {

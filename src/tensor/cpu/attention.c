@@ -36,6 +36,7 @@
 #endif
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include "fmhpc/tensor.h"
 
@@ -45,6 +46,7 @@
 #define FM_ATT_BC      64  /* key columns per tile */
 #define FM_ATT_HSMAX   256 /* largest head size (the forward accumulator lives on the stack) */
 #define FM_ATT_OMP_MIN ((int64_t)1 << 18)
+#define FM_ATT_DALL    4096 /* the fused backward keeps D of a head's rows for T up to this (16 KiB of stack) */
 
 typedef struct AttnArgs {
   const float *q, *k, *v; /* head h of row n at q + n*ldq + h*HS; kv head g at k + n*ldkv + g*HS */
@@ -67,6 +69,16 @@ static int64_t tile_mask(unsigned char *allow, const AttnArgs *a, int64_t b, int
                          int64_t nc) {
   int64_t count = 0;
   const int32_t *seg = a->seg ? a->seg + b * a->T : NULL;
+  if (!seg) { /* causal only: row r sees the first t0 + r - s0 + 1 columns */
+    for (int64_t r = 0; r < nr; r++) {
+      int64_t vis = t0 + r - s0 + 1;
+      vis = vis < 0 ? 0 : (vis > nc ? nc : vis);
+      memset(allow + r * FM_ATT_BC, 1, (size_t)vis);
+      memset(allow + r * FM_ATT_BC + vis, 0, (size_t)(nc - vis));
+      count += vis;
+    }
+    return count;
+  }
   for (int64_t r = 0; r < nr; r++) {
     const int64_t t = t0 + r;
     for (int64_t c = 0; c < nc; c++) {
@@ -77,6 +89,26 @@ static int64_t tile_mask(unsigned char *allow, const AttnArgs *a, int64_t b, int
     }
   }
   return count;
+}
+
+/* The largest visible score of a row (-inf if none; NaN scores are never
+ * larger): in 8 lanes, then the lanes. The maximum of a set does not depend
+ * on the order it is taken in (only the sign of a zero maximum could, and
+ * every use, a difference inside exp and m + log(l) with l >= 1, gives the
+ * same bits for +0 and -0), so this equals the column-order scan. */
+static float row_max(const float *srow, const unsigned char *ar, int64_t nc) {
+  float lane[8];
+  for (int j = 0; j < 8; j++) lane[j] = -INFINITY;
+  int64_t c = 0;
+  for (; c + 8 <= nc; c += 8)
+    for (int j = 0; j < 8; j++) {
+      const float v = srow[c + j];
+      lane[j] = (ar[c + j] && v > lane[j]) ? v : lane[j];
+    }
+  float mx = -INFINITY;
+  for (int j = 0; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
+  for (; c < nc; c++) mx = (ar[c] && srow[c] > mx) ? srow[c] : mx;
+  return mx;
 }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -94,30 +126,39 @@ static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int6
     const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;
     const float *V = a->v + (b * T + s0) * a->ldkv + g * HS;
     fm__cpu_gemm1(0, 1, nr, nc, HS, a->scale, Q, a->ldq, K, a->ldkv, 0.0f, S, FM_ATT_BC); /* S = scale Q K^T */
+    float alpha[FM_ATT_BR] = {0}, sum[FM_ATT_BR];
+    unsigned char skip[FM_ATT_BR] = {0};
     for (int64_t r = 0; r < nr; r++) {
       float *srow = S + r * FM_ATT_BC;
       const unsigned char *ar = allow + r * FM_ATT_BC;
-      float mx = -INFINITY;
-      for (int64_t c = 0; c < nc; c++)
-        if (ar[c] && srow[c] > mx) mx = srow[c];
-      if (mx == -INFINITY) { /* nothing visible in this tile for this row, or only NaN/-inf scores */
+      const float mx = row_max(srow, ar, nc);
+      skip[r] = mx == -INFINITY;
+      if (skip[r]) { /* nothing visible in this tile for this row, or only NaN/-inf scores */
         bool seen = false;
         for (int64_t c = 0; c < nc; c++) seen |= ar[c] != 0, srow[c] = 0.0f;
         if (seen) l[r] = NAN; /* a diverged model's scores: the row's output is NaN (below) */
         continue;
       }
       const float mnew = m[r] > mx ? m[r] : mx;
-      const float alpha = fm__cpu_expf(m[r] - mnew); /* 0 on the first visible tile (m = -inf) */
+      alpha[r] = fm__cpu_expf(m[r] - mnew); /* 0 on the first visible tile (m = -inf) */
 #pragma omp simd
       for (int64_t c = 0; c < nc; c++) srow[c] = ar[c] ? fm__cpu_expf(srow[c] - mnew) : 0.0f;
-      float sum = 0.0f;
-      for (int64_t c = 0; c < nc; c++) sum += srow[c]; /* in column order */
-      l[r] = l[r] * alpha + sum;
       m[r] = mnew;
-      if (alpha != 1.0f) {
+    }
+    /* Each row's sum in column order, the rows' chains interleaved (no
+     * dependence between rows, so they overlap instead of waiting on one
+     * addition at a time; a skipped row sums its zeros, unused). */
+    for (int64_t r = 0; r < nr; r++) sum[r] = 0.0f;
+    for (int64_t c = 0; c < nc; c++)
+      for (int64_t r = 0; r < nr; r++) sum[r] += S[r * FM_ATT_BC + c];
+    for (int64_t r = 0; r < nr; r++) {
+      if (skip[r]) continue;
+      l[r] = l[r] * alpha[r] + sum[r];
+      if (alpha[r] != 1.0f) {
         float *o = acc + r * HS;
+        const float al = alpha[r];
 #pragma omp simd
-        for (int64_t d = 0; d < HS; d++) o[d] = o[d] * alpha;
+        for (int64_t d = 0; d < HS; d++) o[d] = o[d] * al;
       }
     }
     fm__cpu_gemm1(0, 0, nr, HS, nc, 1.0f, S, FM_ATT_BC, V, a->ldkv, 1.0f, acc, HS); /* O += P V */
@@ -230,9 +271,13 @@ static void bwd_kv_block(const AttnGrads *gr, const AttnArgs *a, int64_t b, int6
  * the two passes. Used when there are enough (b, g) tasks for the threads. */
 static void bwd_group(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t g) {
   const int64_t HS = a->HS, T = a->T, rep = a->NH / a->NKV, ldo = a->NH * HS;
-  float S[FM_ATT_BR * FM_ATT_BC], dP[FM_ATT_BR * FM_ATT_BC], D[FM_ATT_BR];
+  float S[FM_ATT_BR * FM_ATT_BC], dP[FM_ATT_BR * FM_ATT_BC], Dblk[FM_ATT_BR], Dall[FM_ATT_DALL];
   unsigned char allow[FM_ATT_BR * FM_ATT_BC];
+  const int keep = T <= FM_ATT_DALL; /* D of every query row of head h, made once (else per tile, the same values) */
   for (int64_t h = g * rep; h < (g + 1) * rep; h++) {
+    if (keep)
+      for (int64_t t0 = 0; t0 < T; t0 += FM_ATT_BR)
+        block_D(Dall + t0, gr, a, b, h, t0, T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR);
     for (int64_t s0 = 0; s0 < T; s0 += FM_ATT_BC) {
       const int64_t nc = T - s0 < FM_ATT_BC ? T - s0 : FM_ATT_BC;
       const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;
@@ -241,7 +286,11 @@ static void bwd_group(const AttnGrads *gr, const AttnArgs *a, int64_t b, int64_t
       for (int64_t t0 = (s0 / FM_ATT_BR) * FM_ATT_BR; t0 < T; t0 += FM_ATT_BR) {
         const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
         if (tile_mask(allow, a, b, t0, nr, s0, nc) == 0) continue;
-        block_D(D, gr, a, b, h, t0, nr);
+        const float *D = Dall + t0;
+        if (!keep) {
+          block_D(Dblk, gr, a, b, h, t0, nr);
+          D = Dblk;
+        }
         tile_P_dS(S, dP, allow, gr, a, b, h, g, t0, nr, s0, nc, D);
         const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
         const float *dO = gr->dout + (b * T + t0) * ldo + h * HS;

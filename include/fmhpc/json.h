@@ -71,6 +71,9 @@ int64_t fm_jsonl_raw_bytes(const FmJsonl *r); /* raw bytes consumed so far */
 const char *fm_jsonl_codec(const FmJsonl *r); /* "plain", "gzip" or "zstd" */
 /* SHA-256 hex of the raw file, after fm_jsonl_next returned 0; else NULL. */
 const char *fm_jsonl_sha256(const FmJsonl *r);
+/* No SHA-256 from here on (fm_jsonl_sha256 then stays NULL): for readers whose
+ * checksum another rank makes. */
+void fm_jsonl_no_sha256(FmJsonl *r);
 void fm_jsonl_close(FmJsonl *r);
 
 #endif

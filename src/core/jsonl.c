@@ -24,6 +24,7 @@ struct FmJsonl {
   Codec codec;
   FmSha256 sha;
   char sha_hex[65];
+  int no_sha;
   int64_t raw_bytes, lineno;
   uint8_t *raw; /* compressed input window */
   size_t raw_len, raw_pos;
@@ -45,7 +46,7 @@ static int read_raw(FmJsonl *r) {
     return FM_EIO;
   }
   if (n == 0) r->raw_eof = 1;
-  fm_sha256_update(&r->sha, r->raw, n);
+  if (!r->no_sha) fm_sha256_update(&r->sha, r->raw, n);
   r->raw_bytes += (int64_t)n;
   r->raw_len = n;
   r->raw_pos = 0;
@@ -174,7 +175,7 @@ int fm_jsonl_next(FmJsonl *r, const char **line, size_t *len, int64_t *lineno) {
       return 1;
     }
     if (r->text_eof) {
-      if (!r->sha_hex[0]) {
+      if (!r->sha_hex[0] && !r->no_sha) {
         uint8_t d[32];
         fm_sha256_final(&r->sha, d);
         fm_hex(d, 32, r->sha_hex);
@@ -194,6 +195,7 @@ const char *fm_jsonl_codec(const FmJsonl *r) {
   return r->codec == CODEC_GZIP ? "gzip" : r->codec == CODEC_ZSTD ? "zstd" : "plain";
 }
 const char *fm_jsonl_sha256(const FmJsonl *r) { return r->sha_hex[0] ? r->sha_hex : NULL; }
+void fm_jsonl_no_sha256(FmJsonl *r) { r->no_sha = 1; }
 
 void fm_jsonl_close(FmJsonl *r) {
   if (!r) return;

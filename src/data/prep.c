@@ -135,6 +135,7 @@ static int phase_windows(Prep *p, int64_t *nrecords, bool *stopped) {
     FmJsonl *jr;
     rc = fm_jsonl_open(&jr, p->in[i].path, stderr);
     if (rc) break;
+    if (p->rank != 0) fm_jsonl_no_sha256(jr); /* rank 0 hashes the inputs (share_input_sums) */
     const char *line;
     size_t len;
     int64_t lineno;
@@ -156,7 +157,7 @@ static int phase_windows(Prep *p, int64_t *nrecords, bool *stopped) {
       if (g % p->W == 0) rc = finish_window(p, w, 1, raw_done + fm_jsonl_raw_bytes(jr), &any);
     }
     if (!rc && k < 0) rc = k;
-    if (!rc) snprintf(p->in[i].sha, sizeof p->in[i].sha, "%s", fm_jsonl_sha256(jr));
+    if (!rc && p->rank == 0) snprintf(p->in[i].sha, sizeof p->in[i].sha, "%s", fm_jsonl_sha256(jr));
     raw_done += fm_jsonl_raw_bytes(jr);
     fm_jsonl_close(jr);
   }
@@ -180,6 +181,17 @@ static int phase_windows(Prep *p, int64_t *nrecords, bool *stopped) {
   }
   *nrecords = g;
   return 0;
+}
+
+/* Every rank gets rank 0's SHA-256 of each input (the shards' and manifests' sources): one rank hashes them,
+ * not every rank (each reads every input). */
+static int share_input_sums(Prep *p) {
+  char *buf = fm_xcalloc((size_t)p->nin, 65);
+  for (int i = 0; i < p->nin && p->rank == 0; i++) memcpy(buf + (size_t)i * 65, p->in[i].sha, 65);
+  int rc = fm_comm_bcast(p->world, buf, (int64_t)p->nin * 65, FM_DT_U8, 0);
+  for (int i = 0; i < p->nin && !rc; i++) memcpy(p->in[i].sha, buf + (size_t)i * 65, 65);
+  free(buf);
+  return rc;
 }
 
 static void prep_free(Prep *p) {
@@ -244,6 +256,7 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   int64_t nrec = 0;
   bool stopped = false;
   if (!rc) rc = phase_windows(&p, &nrec, &stopped);
+  if (!rc && !stopped) rc = share_input_sums(&p);
   if (!rc && stopped) {
     if (p.log)
       fprintf(p.log, "prep: stopped after %lld window rounds (stop_after_windows); rerun the same deck to resume\n",

@@ -10,7 +10,7 @@
  * correctly rounded operations).
  *
  * Not here: tensor tables (tensor.h), collectives (runtime.h), and which device
- * a rank uses (the runtime decides; it calls fm_cuda_select_device).
+ * a rank uses (the runtime decides: fm_runtime_bind_gpu, runtime.h).
  *
  * Conventions (STYLE rules 9 and 11): outputs, inputs, weights, sizes, then
  * context; sizes are int64_t element counts (bytes for memory ops). Op pointers
@@ -141,9 +141,6 @@ typedef struct FmGemmPlanInfo {
  * (no driver returns error 35, cudaErrorInsufficientDriver, and leaves the
  * count unwritten) or finds no device. */
 int fm_cuda_device_count(int *count);
-/* Bind this process to device `device` (the runtime passes the local rank's
- * GPU); FM_ENODEV when out of range, FM_ECUDA when cudaSetDevice fails. */
-int fm_cuda_select_device(int device);
 /* The stream every fm_cuda_* op runs on (a cudaStream_t; NULL = the legacy
  * default stream, the initial value). Set it before the first op of a step. */
 void fm_cuda_set_stream(void *stream);

@@ -4,12 +4,12 @@
  * for any number of data-parallel ranks. */
 #include "fmhpc/dist.h"
 
+#include "fmhpc/backend.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "../tensor/elementwise.h" /* fm_block_exponent: the scales' one formula, host and device */
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) {
   memset(g, 0, sizeof *g);
@@ -144,11 +144,11 @@ void fm_reduce_scales_to_host(FmReduce *g) {
 
 void fm_reduce_begin(FmReduce *g) {
   const bool dev_scales = g->d_amax_prev && fm_reduce_on_device(g);
-  if (!dev_scales) fm_reduce_scales_to_host(g); /* the host path's scales come from the latest maxima */
-  for (int64_t b = 0; b < g->nblocks; b++) {
-    if (!dev_scales) g->exp2[b] = fm_block_exponent(g->amax_prev[b], g->limit);
-    g->amax[b] = 0.0f;
+  if (!dev_scales) { /* the host path's scales come from the latest maxima, by the CPU op (one formula) */
+    fm_reduce_scales_to_host(g);
+    fm_cpu_block_scales(g->exp2, g->amax_prev, g->nblocks, g->limit);
   }
+  for (int64_t b = 0; b < g->nblocks; b++) g->amax[b] = 0.0f;
   if (dev_scales) { /* the scales from the device's maxima, on the device: no copy (the maxima go up only when the
                        host's are newer: the first step, a resumed checkpoint, after the host path) */
     const FmBackend *be = g->dev;

@@ -382,9 +382,17 @@ static int train_step(Run *r, int64_t step, FmStepRecord *rec) {
     r->skipped++;
   }
   const double t1 = fm_now_s(), dt = t1 - t0;
-  *rec = (FmStepRecord){.step = t, .loss = loss, .lr = lr, .grad_norm = norm, .tokens = ntokens, .step_s = dt,
-                        .tokens_per_s = (double)(r->B * r->T) / dt, .data_s = t_data - t0,
-                        .compute_s = t_update - t_grads, .update_s = t1 - t_update, .skipped = skip,
+  *rec = (FmStepRecord){.step = t,
+                        .loss = loss,
+                        .lr = lr,
+                        .grad_norm = norm,
+                        .tokens = ntokens,
+                        .step_s = dt,
+                        .tokens_per_s = (double)(r->B * r->T) / dt,
+                        .data_s = t_data - t0,
+                        .compute_s = t_update - t_grads,
+                        .update_s = t1 - t_update,
+                        .skipped = skip,
                         .redone = r->red.redone};
   rec->mfu = r->peak_flops_rank > 0 ? r->flops_per_step / dt / (r->peak_flops_rank * r->dp->size * r->tp->size) : 0;
   return nonfinite ? report_nonfinite(r, t, loss) : 0;
@@ -503,8 +511,8 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
    * (fm_runtime_bind_gpu; NCCL takes one rank per GPU) before the model
    * allocates anything there. */
   const char *comm_hint = NULL;
-  int comm_rc = fm_comm_choose(c->choice[FM_KEY_parallel_comm], !r->be->host_accessible, &r->use_nccl, why,
-                               sizeof why, &comm_hint);
+  int comm_rc = fm_comm_choose(c->choice[FM_KEY_parallel_comm], !r->be->host_accessible, &r->use_nccl, why, sizeof why,
+                               &comm_hint);
   if (comm_rc) {
     fm_deck_error(deck, err, FM_KEY_parallel_comm, "%s", why);
     if (err && comm_hint) fprintf(err, "hint: %s\n", comm_hint);
@@ -526,8 +534,10 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
     int st = fm_mesh_nccl(mesh);
     if (st) {
       if (err)
-        fprintf(err, "fmhpc: &parallel comm: the NCCL communicators could not be created (%s; see above)\n"
-                     "hint: comm = 'mpi' reduces host copies over MPI\n", fm_strerror(st));
+        fprintf(err,
+                "fmhpc: &parallel comm: the NCCL communicators could not be created (%s; see above)\n"
+                "hint: comm = 'mpi' reduces host copies over MPI\n",
+                fm_strerror(st));
       return st;
     }
   }
@@ -732,10 +742,16 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
  * sharded arrays (pointers into Run) and the scalars. */
 static FmCkptState ckpt_state(Run *r, int64_t step) {
   fm_reduce_scales_to_host(&r->red); /* the block maxima a checkpoint stores (on the device under NCCL) */
-  FmCkptState s = {.spike = &r->spike, .step = step, .skipped = r->skipped, .redone = r->red.redone,
+  FmCkptState s = {.spike = &r->spike,
+                   .step = step,
+                   .skipped = r->skipped,
+                   .redone = r->red.redone,
                    .samples = fm_sampler_samples_at(&r->sampler, step), /* B may have changed on a resume */
-                   .seed = r->c->run.seed, .optim_name = fm_optim_params(r->opt)->kind->name,
-                   .model_name = r->kind->name, .deck_text = r->deck_text, .run_name = r->c->run.name};
+                   .seed = r->c->run.seed,
+                   .optim_name = fm_optim_params(r->opt)->kind->name,
+                   .model_name = r->kind->name,
+                   .deck_text = r->deck_text,
+                   .run_name = r->c->run.name};
   fm_dist_state_of_run(&s.dist, fm_model_params(r->model), r->wh, &r->red, r->opt,
                        r->gfull ? r->state_shard : NULL /* zero = 0: the shards of replicated state */, &r->spike);
   snprintf(s.run_id, sizeof s.run_id, "%s", r->run_id);
@@ -805,8 +821,10 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   if (rc < 0) return rc;
   if (rc == 0 && s.scales_skipped && r->tp->size == 1)
     fm_log0("resume: the checkpoint was written at another tp: the exact reduction's block scales start fresh");
-  if (rc > 0 || !s.run_id[0]) fm_ckpt_new_run_id(r->dp, r->c->run.seed, r->run_id); /* a checkpoint from before ids: one now */
-  else snprintf(r->run_id, sizeof r->run_id, "%s", s.run_id);
+  if (rc > 0 || !s.run_id[0])
+    fm_ckpt_new_run_id(r->dp, r->c->run.seed, r->run_id); /* a checkpoint from before ids: one now */
+  else
+    snprintf(r->run_id, sizeof r->run_id, "%s", s.run_id);
   if (r->tp->size > 1) FM_CHECK(fm_comm_bcast(r->tp, r->run_id, (int64_t)sizeof r->run_id, FM_DT_U8, 0));
   if (rc > 0) {
     if (strcmp(r->c->ckpt.resume, "none") != 0) fm_log0("resume: no checkpoint in %s: starting at step 0", r->ckpt_dir);
@@ -827,9 +845,11 @@ static int64_t resume(Run *r, FILE *err, char *loaded, size_t n) {
   fm_optim_state_to_device(r->opt); /* a device's resident state: loaded once, here */
   r->skipped = s.skipped;
   r->red.redone = s.redone;
-  fm_log0("resume: %s, step %lld (%lld samples seen, continued from there), every dataset's SHA-256 verified, written at %s; run id %s",
-          loaded, (long long)s.step, (long long)s.samples, "any rank count (loaded as hyperslabs of this layout)",
-          r->run_id);
+  fm_log0(
+      "resume: %s, step %lld (%lld samples seen, continued from there), every dataset's SHA-256 verified, written at "
+      "%s; run id %s",
+      loaded, (long long)s.step, (long long)s.samples, "any rank count (loaded as hyperslabs of this layout)",
+      r->run_id);
   return s.step;
 }
 
@@ -935,8 +955,10 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   const FmConfig *c = r.c;
   char path[4096], loaded[4096] = "";
   r.deck_text = fm_deck_text(deck);
-  if (c->ckpt.dir[0]) snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s", c->ckpt.dir);
-  else snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/ckpt", c->run.out_dir);
+  if (c->ckpt.dir[0])
+    snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s", c->ckpt.dir);
+  else
+    snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/ckpt", c->run.out_dir);
   fm_ckpt_signals_install();
   const int64_t start = resume(&r, err, loaded, sizeof loaded);
   if (start < 0) {
@@ -960,8 +982,8 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
       "train: run '%s', %s, %lld parameters, %lld steps of %lld x %lld tokens, dp %d x tp %d (%s collectives, "
       "ZeRO-%lld), %s reduction, %s",
       c->run.name, r.kind->name, (long long)fm_model_canon_params(r.model)->numel, (long long)c->train.steps,
-      (long long)r.B, (long long)r.T, dp->size, tp->size, dp->kind, (long long)c->parallel.zero,
-      r.red.exact ? "exact" : "fast", where_ops(&r));
+      (long long)r.B, (long long)r.T, dp->size, tp->size, r.use_nccl ? "nccl (device buffers) and mpi" : dp->kind,
+      (long long)c->parallel.zero, r.red.exact ? "exact" : "fast", where_ops(&r));
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();
@@ -984,8 +1006,8 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
     }
     /* One reduction: any rank's signal, and rank 0's clock (hosts' clocks disagree). */
     test_signal_hook(dp, rec.step);
-    int32_t flags[2] = {fm_ckpt_signal_pending(),
-                        dp->rank == 0 && c->ckpt.every_minutes > 0 && fm_now_s() - last_save >= 60 * c->ckpt.every_minutes};
+    int32_t flags[2] = {fm_ckpt_signal_pending(), dp->rank == 0 && c->ckpt.every_minutes > 0 &&
+                                                      fm_now_s() - last_save >= 60 * c->ckpt.every_minutes};
     FM_CHECK(fm_comm_allreduce(dp, flags, flags, 2, FM_DT_I32, FM_OP_MAX));
     if (tp->size > 1) FM_CHECK(fm_comm_allreduce(tp, flags, flags, 2, FM_DT_I32, FM_OP_MAX));
     const bool every = c->ckpt.every > 0 && (rec.step % c->ckpt.every == 0 || rec.step == c->train.steps);
@@ -1050,7 +1072,9 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
 int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log) {
   (void)world;
   FmMesh mesh;
-  int rc = fm_mesh_create(&mesh, (int)deck->c.parallel.tp, 0); /* training runs on the CPU backend */
+  /* 0 devices: the mesh does not place ranks on GPUs; a CUDA run binds each
+   * rank's node-local GPU at backend setup (fm_runtime_bind_gpu) */
+  int rc = fm_mesh_create(&mesh, (int)deck->c.parallel.tp, 0);
   if (rc) return rc;
   rc = train_on_dp(deck, &mesh, log);
   fm_mesh_destroy(&mesh);

@@ -85,27 +85,6 @@ extern "C" int fm_cuda_device_count(int *count) {
   return n > 0 ? FM_OK : FM_ENODEV;
 }
 
-extern "C" int fm_cuda_select_device(int device) {
-  int n = 0;
-  if (fm_cuda_device_count(&n) != 0 || device < 0 || device >= n) return FM_ENODEV;
-  cudaError_t e = cudaSetDevice(device);
-  if (e != cudaSuccess) {
-    char msg[1024];
-    fm_cuda_msg_call(msg, (int)sizeof msg, "CUDA", "cudaSetDevice(device)", __FILE__, __LINE__, device,
-                     cudaGetErrorString(e));
-    fm_err("%s", msg);
-    if (e == cudaErrorInsufficientDriver) {
-      int drv = 0, rt = CUDART_VERSION;
-      if (cudaDriverGetVersion(&drv) != cudaSuccess) drv = 0;
-      fm_cuda_msg_driver(msg, (int)sizeof msg, drv, rt);
-      fm_err("%s", msg);
-    }
-    (void)cudaGetLastError();
-    return FM_ECUDA;
-  }
-  return FM_OK;
-}
-
 extern "C" void *fm_cuda_alloc_for(int64_t bytes, const char *label, int64_t plan_bytes) {
   if (bytes < 0) fm_abort_one(1, "fm_cuda_alloc: negative size %lld for %s", (long long)bytes, label ? label : "?");
   if (bytes == 0) return NULL;

@@ -121,6 +121,10 @@ typedef struct FmReduce {
   float *d_amax_prev;     /* NCCL and a block_scales op: (nblocks) amax_prev on the device, from which
                              fm_reduce_begin computes the scales there; NULL: the host computes them */
   bool amax_on_dev;       /* d_amax_prev is newer than amax_prev (fm_reduce_scales_to_host) */
+  int64_t rb_bytes;       /* fm_reduce_readback: device bytes after d_flags_all read with the flags, to rb_dst */
+  void *rb_dst;           /* ... the caller's host buffer */
+  char *rb_host;          /* (8 + rb_bytes) the one copy's host staging */
+  bool rb_read;           /* this step's last finish read them (fm_reduce_readback_done) */
 } FmReduce;
 
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
@@ -186,6 +190,13 @@ int fm_reduce_allgather(FmReduce *g, float *w);
  * path, in shard_out too); shard_out is not written on the device path. The
  * redo on NaN/Inf stays on the host over g->comm (MPI), as without NCCL. */
 void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d);
+/* Exact mode over NCCL: `bytes` of device memory (8-byte aligned) right after
+ * the agreed flags, which fm_reduce_finish reads to host_dst in the flags'
+ * copy: one read a step for both (train.c: the micro-batch losses). The
+ * pointer (owned here), or NULL without that path. fm_reduce_readback_done:
+ * the step's last finish read them (not after a redo on the host path). */
+void *fm_reduce_readback(FmReduce *g, int64_t bytes, void *host_dst);
+static inline bool fm_reduce_readback_done(const FmReduce *g) { return g->rb_read; }
 /* Fast mode (fp32 sums) with a device backend and NCCL: fm_reduce_finish
  * sums the model's gradient `grad_d` (n floats of device memory, the
  * micro-batches already summed there) with an fp32 ncclReduceScatter straight

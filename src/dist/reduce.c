@@ -83,6 +83,17 @@ void fm_reduce_use_nccl(FmReduce *g, FmComm *nccl, float *shard_d) {
   g->d_gather = be->alloc(g->P * g->S * (int64_t)sizeof *g->d_gather);
 }
 
+void *fm_reduce_readback(FmReduce *g, int64_t bytes, void *host_dst) {
+  if (!g->exact || !g->nccl || !g->d_flags_all || bytes <= 0 || g->rb_bytes) return NULL;
+  const FmBackend *be = g->dev;
+  be->free(g->d_flags_all); /* the flags (8 bytes), then the caller's: one buffer, one copy */
+  g->d_flags_all = be->alloc(8 + bytes);
+  g->rb_bytes = bytes;
+  g->rb_dst = host_dst;
+  g->rb_host = fm_xmalloc((size_t)(8 + bytes));
+  return (char *)g->d_flags_all + 8;
+}
+
 void fm_reduce_use_nccl_fast(FmReduce *g, const FmBackend *be, FmComm *nccl, const float *grad_d, float *shard_d) {
   if (g->exact || g->nccl || !be->block_sumsq || !grad_d || !shard_d) return;
   g->dev = be; /* fm_reduce_on_device stays false: it is exact mode's */
@@ -113,6 +124,7 @@ void fm_reduce_free(FmReduce *g) {
     g->dev->free(g->d_gather);
     g->dev->free(g->d_amax_prev);
   }
+  free(g->rb_host);
   if (g->dev && g->exact) {
     g->dev->free(g->d_acc);
     g->dev->free(g->d_amax);
@@ -169,6 +181,7 @@ void fm_reduce_begin(FmReduce *g) {
   }
   g->overflow = 0;
   g->nonfinite = 0;
+  g->rb_read = false;
   g->first_bad = INT64_MAX;
   g->bucketed = 0;
 }
@@ -299,7 +312,14 @@ static int finish_nccl(FmReduce *g, float *shard_out, bool *nonfinite) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
   int32_t all[2];
   FM_CHECK(fm_comm_allreduce(g->nccl, g->d_flags, g->d_flags_all, 2, FM_DT_I32, FM_OP_MAX));
-  be->copy_to_host(all, g->d_flags_all, sizeof all);
+  if (g->rb_bytes) { /* the flags and the caller's bytes in one read */
+    be->copy_to_host(g->rb_host, g->d_flags_all, 8 + g->rb_bytes);
+    memcpy(all, g->rb_host, sizeof all);
+    memcpy(g->rb_dst, g->rb_host + 8, (size_t)g->rb_bytes);
+    g->rb_read = true;
+  } else {
+    be->copy_to_host(all, g->d_flags_all, sizeof all);
+  }
   g->overflow = all[0];
   g->nonfinite = all[1];
   *nonfinite = false;

@@ -52,6 +52,7 @@ typedef struct Run {
   int64_t *ids;                     /* (b) sample ids of one micro-batch */
   double *mloss, *mloss_all;        /* per micro-batch loss sums: mine, all (M) */
   double *mloss_d; /* device backend: (count) the losses as the device leaves them, read once a step; else NULL */
+  bool mloss_own;  /* mloss_d is ours (else fm_reduce_readback's: read with the exact exchange's flags) */
   FmReduce red;
   FmOptim *opt;
   FmSchedule sched;
@@ -217,7 +218,8 @@ static double grads_of_step(Run *r, int64_t t, const int32_t *const *targets, bo
     }
     if (!r->red.exact && !r->red.d_sendf) grad_to_host(r); /* fast mode over MPI: the sum on host copies */
   } while (tp_any(r, fm_reduce_finish(&r->red, grad, r->gshard, nonfinite)));
-  if (r->mloss_d) r->be->copy_to_host(r->mloss, r->mloss_d, r->count * (int64_t)sizeof *r->mloss);
+  if (r->mloss_d && !fm_reduce_readback_done(&r->red)) /* one read (NCCL: already, with the flags) */
+    r->be->copy_to_host(r->mloss, r->mloss_d, r->count * (int64_t)sizeof *r->mloss);
   *nonfinite = tp_any(r, *nonfinite);
   if (r->gshard_d && !r->red.nccl && !*nonfinite) /* the exchange ran on the host (MPI): one copy of the shard */
     r->be->copy_to_device(r->gshard_d, r->gshard,
@@ -616,14 +618,18 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
     r->norm_d = fm_backend_alloc(r->be, r->red.norm_nb * (int64_t)sizeof *r->norm_d, FM_MEM_REDUCE);
     if (replicated) r->gfull_d = fm_backend_alloc(r->be, pt->numel * (int64_t)sizeof *r->gfull_d, FM_MEM_REDUCE);
     fm_optim_use_device(r->opt, r->be);
-    if (fm_model_loss_on_device(r->model) && r->count > 0)
-      r->mloss_d = r->be->alloc(r->count * (int64_t)sizeof *r->mloss_d);
     fm_backend_name_buffer(fm_model_param_arena(r->model), pt->numel * (int64_t)sizeof(float), "weights");
     fm_backend_name_buffer(r->gshard_d, r->red.S * (int64_t)sizeof *r->gshard_d, "grad shard");
   }
   /* exact mode: the exchange on the device, writing the reduced shard straight into gshard_d (NULL under tp > 1:
    * finish copies it to the host shard) */
   if (r->use_nccl) fm_reduce_use_nccl(&r->red, mesh->dp_nccl, r->gshard_d);
+  if (r->gshard_d && fm_model_loss_on_device(r->model) && r->count > 0) { /* the losses stay on the device */
+    const int64_t bytes = r->count * (int64_t)sizeof *r->mloss_d;
+    r->mloss_d = fm_reduce_readback(&r->red, bytes, r->mloss); /* NCCL: read with the step's flags */
+    r->mloss_own = !r->mloss_d;
+    if (r->mloss_own) r->mloss_d = r->be->alloc(bytes);
+  }
   /* fast mode (tp = 1): the fp32 sum of the device gradient over NCCL into gshard_d */
   if (r->use_nccl && r->gshard_d)
     fm_reduce_use_nccl_fast(&r->red, r->be, mesh->dp_nccl, fm_model_grad_arena(r->model), r->gshard_d);
@@ -648,7 +654,7 @@ static void teardown(Run *r) {
   if (r->be) {
     r->be->free(r->gshard_d);
     r->be->free(r->norm_d);
-    r->be->free(r->mloss_d);
+    if (r->mloss_own) r->be->free(r->mloss_d);
     r->be->free(r->gfull_d);
   }
   if (r->model && r->wh != fm_model_param_arena(r->model)) free(r->wh);

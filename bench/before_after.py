@@ -69,10 +69,13 @@ def profile_roof(text):
         if m:
             step = float(m.group(1))
             continue
+        # profile PHASE OP... CALLS MS SHARE% GFLOP/s GB/s OF_ROOF% [more columns]: MS before the first
+        # percentage, OF_ROOF the second
         f = line.split()
-        if len(f) < 7 or f[1] not in ("forward", "backward", "loss", "step") or not f[-1].endswith("%"):
+        pc = [i for i, x in enumerate(f) if re.fullmatch(r"[0-9.]+%", x)]
+        if len(f) < 7 or f[1] not in ("forward", "backward", "loss", "step") or len(pc) < 2:
             continue
-        roof += float(f[-5]) * float(f[-1].rstrip("%")) / 100
+        roof += float(f[pc[0] - 1]) * float(f[pc[1]].rstrip("%")) / 100
     return step, roof
 
 

@@ -27,7 +27,9 @@
  * kernel file's own: A counts allocations; a wait is a call that waits for
  * the stream on a GPU, a host sync: copy_to_host (a read), copy_to_device (an
  * upload that returns when the host buffer may be reused) and synchronize; Q
- * counts copy_to_device_async, which does not wait. emu_train.sh, case sync:
+ * counts copy_to_device_async, which does not wait. Apart:
+ *   fmhpc_emu: rank R nccl: N stream synchronizations
+ * (comm_nccl.c waits for its own stream after each collective). emu_train.sh, case sync:
  * the waits of a step do not grow with its micro-batches, and a step after
  * the first allocates nothing).
  *
@@ -42,6 +44,7 @@
 #include "emu_backend.h"
 
 int fmhpc_main(int argc, char **argv);
+long long fm_emu_stream_syncs(void); /* kernels/emu/nccl_emu.c: the NCCL communicator's stream waits */
 
 static FmBackend table;
 static long long h2d_bytes, h2d_calls, d2h_bytes, d2h_calls;
@@ -96,6 +99,7 @@ static void print_copy_stats(void) { /* the launcher's rank (Open MPI, else PMI,
           rank ? rank : "-1", (unsigned long long)c.allocs, (unsigned long long)(c.reads + c.uploads + c.syncs),
           (unsigned long long)c.reads, (unsigned long long)c.uploads, (unsigned long long)c.syncs,
           (unsigned long long)c.queued);
+  fprintf(stderr, "fmhpc_emu: rank %s nccl: %lld stream synchronizations\n", rank ? rank : "-1", fm_emu_stream_syncs());
   for (int i = 0; i < nnamed; i++)
     fprintf(stderr, "fmhpc_emu: rank %s buffer '%s' (%lld bytes): to_device %lld bytes, to_host %lld bytes\n",
             rank ? rank : "-1", named[i].name, (long long)named[i].bytes, named[i].to_device, named[i].to_host);

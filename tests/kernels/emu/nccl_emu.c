@@ -202,9 +202,13 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 /* Work is done when issued: a synchronize has nothing to wait for. */
+static long long g_stream_syncs;
+long long fm_emu_stream_syncs(void) { return g_stream_syncs; }
+
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (injected("cudaStreamSynchronize")) return cuda_ret(cudaErrorInvalidResourceHandle);
   if (!s) return cuda_ret(cudaErrorInvalidResourceHandle);
+  g_stream_syncs++;
   return cudaSuccess;
 }
 

@@ -75,6 +75,9 @@ cudaError_t cudaDeviceSynchronize(void);
  * with an error that says it was injected. FMHPC_EMU_FAIL=NAME does the same
  * from the environment (fmhpc_emu). NULL clears. */
 void fm_emu_fail_next(const char *fn);
+/* Tests only: cudaStreamSynchronize calls so far (comm_nccl.c waits for its
+ * stream after each collective; fmhpc_emu's FMHPC_EMU_COPY_STATS prints it). */
+long long fm_emu_stream_syncs(void);
 
 #ifdef __cplusplus
 }

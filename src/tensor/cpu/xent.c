@@ -50,6 +50,22 @@ static int rows_masked(const float *weight, int64_t r0, int64_t nr) {
   return 1;
 }
 
+/* max(m, z[0..n)) ignoring NaN z, in 8 lanes and then the lanes: the same
+ * value as the scan in column order (the maximum of a set does not depend on
+ * the order; only a zero maximum's sign could, and its uses, differences
+ * inside exp and m + log(l) with l >= 1, give the same bits for +0 and -0). */
+static float chunk_max(const float *z, int64_t n, float m) {
+  float lane[8];
+  for (int j = 0; j < 8; j++) lane[j] = m;
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+    for (int j = 0; j < 8; j++) lane[j] = z[c + j] > lane[j] ? z[c + j] : lane[j];
+  float mx = m;
+  for (int j = 0; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
+  for (; c < n; c++) mx = z[c] > mx ? z[c] : mx;
+  return mx;
+}
+
 /* Rows [r0, r0+nr) (global row numbers; their logits at Z, row stride V):
  * for each vocab chunk in order, the logits tile (one sgemm) and, while it is
  * in cache, each row's online logsumexp step and target logit; then lse and
@@ -67,8 +83,7 @@ static void rows_lse(float *Z, float *lse, float *loss_d, const float *x, const 
       const float *z = Z + r * V + v0;
       const int64_t t = weight[r0 + r] != 0.0f ? targets[r0 + r] : -1;
       if (t >= v0 && t < v0 + vc) zt[r] = z[t - v0];
-      float mx = m[r];
-      for (int64_t c = 0; c < vc; c++) mx = z[c] > mx ? z[c] : mx;
+      const float mx = chunk_max(z, vc, m[r]);
 #pragma omp simd
       for (int64_t c = 0; c < vc; c++) e[c] = fm__cpu_expf(z[c] - mx);
       double sum = 0.0;

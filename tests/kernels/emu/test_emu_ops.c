@@ -914,15 +914,15 @@ static const char *const tested[] = {
     /* memory_ops */
     "alloc",
     "free",
-    /* device_memory_limit; emu.train_oom (the report past the size) */
-    "alloc_for",
-    "device_mem",
     "memset",
     "copy_to_device",
     "copy_to_device_async",
     "copy_to_host",
     "copy",
     "synchronize",
+    /* device_memory_limit; emu.train_oom (the report past the size) */
+    "alloc_for",
+    "device_mem",
     /* elementwise_bitwise */
     "gelu_fwd",
     "gelu_bwd",
@@ -938,23 +938,27 @@ static const char *const tested[] = {
     "lion_update",
     "sophia_update",
     "sophia_hessian_update",
-    /* matmul_fwd_bwd, layernorm_fwd_bwd, rmsnorm_fwd_bwd */
-    "attention_fwd",
-    "attention_bwd",
-    /* attention_decode_vs_cpu */
-    "attention_decode",
-    "xent_fwd_bwd",
-    /* xent_loss_on_device */
-    "xent_fwd_bwd_dev",
+    /* matmul_fwd_bwd */
     "matmul_fwd",
     "matmul_bwd",
+    /* layernorm_fwd_bwd, rmsnorm_fwd_bwd */
     "layernorm_fwd",
     "layernorm_bwd",
     "rmsnorm_fwd",
     "rmsnorm_bwd",
-    /* rope_fwd_bwd_bitwise, embedding_fwd_bwd_bitwise */
+    /* attention_fwd_bwd; test_emu_attention.c flash_fwd_bwd (the mma.sync tiles) */
+    "attention_fwd",
+    "attention_bwd",
+    /* attention_decode_vs_cpu */
+    "attention_decode",
+    /* xent_fwd_bwd */
+    "xent_fwd_bwd",
+    /* xent_loss_on_device */
+    "xent_fwd_bwd_dev",
+    /* rope_fwd_bwd_bitwise */
     "rope_fwd",
     "rope_bwd",
+    /* embedding_fwd_bwd_bitwise */
     "embedding_fwd",
     "embedding_bwd",
     /* test_emu_gemm.c: gemm_layouts_both_precisions, matmul_bf16_vs_cpu_bf16, gemm_plans_pinned_per_shape,

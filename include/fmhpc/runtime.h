@@ -38,6 +38,14 @@ int fm_runtime_set_device(int device, int *now, char *bus, size_t bus_len);
  * (NCCL refuses it). *device: the index bound. Returns FM_OK, or on every
  * rank the same error: FM_ENODEV when some rank sees no GPU, FM_ECUDA. */
 int fm_runtime_bind_gpu(int *device, int *shared);
+/* Every rank of MPI_COMM_WORLD says which backend it chose (kind: 0 none,
+ * 1 host memory (CPU), 2 a device (CUDA)); collective, called by every rank
+ * before fm_runtime_bind_gpu or any backend-dependent collective. FM_OK when
+ * all chose alike; otherwise rank 0 names the first rank of each kind (a node
+ * whose GPU is not visible, say, takes the CPU under backend = 'auto') and
+ * every rank returns FM_ENODEV, where the ranks would otherwise wait in
+ * different collectives. `task` names the caller in the message. */
+int fm_runtime_agree_backend(int kind, const char *task);
 
 /* Element types (FmDType) are in core.h. Float sums are allowed only where
  * bits don't matter (DESIGN section 6). Reductions reject FM_DT_BF16 and BOR

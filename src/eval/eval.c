@@ -188,7 +188,8 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
   FILE *err = world->rank == 0 ? stderr : NULL;
   const char *data = c->data.valid[0] ? c->data.valid : c->data.train;
   if (!c->eval.model[0]) {
-    fm_deck_error(deck, err, FM_KEY_eval_model, "task = 'eval' needs a model: an HF directory (config.json + "
+    fm_deck_error(deck, err, FM_KEY_eval_model,
+                  "task = 'eval' needs a model: an HF directory (config.json + "
                   "model.safetensors), e.g. a training run's out_dir/final");
     return FM_EDECK;
   }
@@ -201,6 +202,8 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
   int st_be = 0;
   const int need = FM_NEED_MODEL | (c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16 ? FM_NEED_BF16 : 0);
   const FmBackend *be = fm_backend_choose(c->train.backend, need, why, (int)sizeof why, &st_be);
+  int agree = fm_runtime_agree_backend(be ? (be->host_accessible ? 1 : 2) : 0, "eval");
+  if (agree) return agree;
   if (!be) {
     fm_deck_error(deck, err, FM_KEY_train_backend, "eval cannot use this backend: %s", why);
     return FM_EDECK;

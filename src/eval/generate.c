@@ -107,7 +107,8 @@ static int prompts_read_jsonl(Prompts *p, const char *path, FILE *err) {
     }
     const FmJson *v = doc.root.type == FM_JSON_OBJ ? fm_json_get(&doc.root, "prompt") : NULL;
     if (!v || v->type != FM_JSON_STR) {
-      if (err) fprintf(err, "error: %s:%lld: each line must be an object with a string \"prompt\"\n", path, (long long)lineno);
+      if (err)
+        fprintf(err, "error: %s:%lld: each line must be an object with a string \"prompt\"\n", path, (long long)lineno);
       fm_json_free(&doc);
       rc = FM_EFORMAT;
       break;
@@ -122,8 +123,8 @@ static int prompts_read_jsonl(Prompts *p, const char *path, FILE *err) {
 /* Encode one prompt, wrapped as a user turn and an open assistant turn when
  * tpl is given (special tokens only in the template's own text). An empty
  * prompt starts from EOS, as GPT-2's unconditional samples do. */
-static int encode_prompt(const FmTokenizer *tok, const FmTemplate *tpl, const char *text, int32_t **ids,
-                         int64_t *len, int64_t *cap) {
+static int encode_prompt(const FmTokenizer *tok, const FmTemplate *tpl, const char *text, int32_t **ids, int64_t *len,
+                         int64_t *cap) {
   *len = 0;
   int64_t rc = 0;
   if (tpl) {
@@ -286,7 +287,8 @@ static int load_inputs(const FmDeck *deck, Prompts *p, FmTokenizer **tok, FmTemp
                   "(encoder.json + vocab.bpe)");
     return FM_EDECK;
   }
-  for (int i = 0; i < c->generate.prompts_n; i++) prompts_add(p, c->generate.prompts[i], strlen(c->generate.prompts[i]));
+  for (int i = 0; i < c->generate.prompts_n; i++)
+    prompts_add(p, c->generate.prompts[i], strlen(c->generate.prompts[i]));
   int rc = c->generate.prompts_file[0] ? prompts_read_jsonl(p, c->generate.prompts_file, err) : 0;
   if (!rc && p->n == 0) {
     fm_deck_error(deck, err, FM_KEY_generate_prompts, "no prompts: give &generate prompts or prompts_file");
@@ -312,7 +314,11 @@ static int share_results(FmComm *world, Seq *seq, int64_t np, int64_t B, int64_t
     int root = 0;
     while ((int64_t)(root + 1) * nb / world->size <= batch) root++;
     int64_t meta[3] = {(int64_t)seq[i].text.len, seq[i].len, 0};
-    if (seq[i].why) meta[2] = !strcmp(seq[i].why, "eos") ? 1 : !strcmp(seq[i].why, "stop") ? 2 : !strcmp(seq[i].why, "length") ? 3 : 4;
+    if (seq[i].why)
+      meta[2] = !strcmp(seq[i].why, "eos")      ? 1
+                : !strcmp(seq[i].why, "stop")   ? 2
+                : !strcmp(seq[i].why, "length") ? 3
+                                                : 4;
     int rc = fm_comm_bcast(world, meta, 3, FM_DT_I64, root);
     if (rc) return rc;
     if (world->rank != root) {
@@ -415,16 +421,22 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
     /* &train backend: generation needs attention_decode besides the model ops (fp32 compute). */
     char why[256];
     int st_be = 0;
-    const FmBackend *be = fm_backend_choose(c->train.backend, FM_NEED_MODEL | FM_NEED_DECODE, why, (int)sizeof why,
-                                            &st_be);
-    if (be) fm_log0("backend: %s (%s)", be->name, why);
-    else fm_deck_error(deck, err, FM_KEY_train_backend, "generate cannot use this backend: %s", why);
+    const FmBackend *be =
+        fm_backend_choose(c->train.backend, FM_NEED_MODEL | FM_NEED_DECODE, why, (int)sizeof why, &st_be);
+    if (be)
+      fm_log0("backend: %s (%s)", be->name, why);
+    else
+      fm_deck_error(deck, err, FM_KEY_train_backend, "generate cannot use this backend: %s", why);
+    rc = fm_runtime_agree_backend(be ? (be->host_accessible ? 1 : 2) : 0, "generate");
     const FmModelLoadOpts lo = {be, g.B, false, model_dir, false, ctx, NULL};
     FmLoadedModel lm = {0};
     int gpu = -1, shared = 0;
-    if (be && !be->host_accessible) rc = fm_runtime_bind_gpu(&gpu, &shared); /* each rank on its node-local GPU */
-    if (!be) rc = FM_EDECK;
-    else if (!rc) rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
+    if (!rc && be && !be->host_accessible)
+      rc = fm_runtime_bind_gpu(&gpu, &shared); /* each rank on its node-local GPU */
+    if (!be)
+      rc = FM_EDECK;
+    else if (!rc)
+      rc = fm_model_load(&lm, deck, &lo, world, err); /* world: a checkpoint is read collectively */
     g.m = lm.model;
     /* Generation computes in fp32 whatever &train precision says (as it always has). */
     if (g.m) fm_model_set_compute_bf16(g.m, false);

@@ -89,6 +89,33 @@ static MPI_Comm node_comm(int world_rank) {
   return node;
 }
 
+/* ---- the backend every rank chose ------------------------------------------- */
+int fm_runtime_agree_backend(int kind, const char *task) {
+  int rank = 0, lo = kind, hi = kind;
+  FM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  FM_CHECK_MPI(MPI_Allreduce(&kind, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  FM_CHECK_MPI(MPI_Allreduce(&kind, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  if (lo == hi) return FM_OK;
+  /* the lowest rank of each kind, for the message */
+  int first[3], mine[3];
+  for (int k = 0; k < 3; k++) mine[k] = kind == k ? rank : INT_MAX;
+  FM_CHECK_MPI(MPI_Allreduce(mine, first, 3, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (rank == 0) {
+    static const char *const what[3] = {"no backend", "the CPU backend", "a GPU (CUDA)"};
+    char at[256] = "";
+    size_t n = 0;
+    for (int k = 2; k >= 0; k--)
+      if (first[k] != INT_MAX && n < sizeof at)
+        n += (size_t)snprintf(at + n, sizeof at - n, "%srank %d takes %s", n ? ", " : "", first[k], what[k]);
+    fm_err(
+        "%s: the ranks chose different backends (%s): a node whose GPU is not visible, or whose driver fails, "
+        "takes the CPU under &train backend = 'auto'\nhint: check CUDA_VISIBLE_DEVICES and the job's GPU request on "
+        "every node, or set &train backend = 'cpu' (or 'cuda', which names the rank without a GPU)",
+        task, at);
+  }
+  return FM_ENODEV;
+}
+
 /* ---- GPU binding ----------------------------------------------------------- */
 typedef struct {
   int world_rank, node, device; /* node: its lowest world rank */

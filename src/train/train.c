@@ -304,7 +304,11 @@ static const float *hook_grad_shard(void *ctx, const int32_t *const *targets, bo
 static int report_nonfinite(const Run *r, int64_t t, double loss) {
   const FmTensorTable *pt = fm_model_params(r->model);
   const int64_t e = r->red.first_bad;
-  char what[160] = "the loss (every gradient finite)";
+  char what[160];
+  /* finite loss and no rank's own gradient non-finite: the fp32 sum over ranks (determinism = 'fast') overflowed */
+  snprintf(what, sizeof what, "%s",
+           isfinite(loss) ? "the fp32 sum of the ranks' gradients (each rank's own gradient finite: the sum overflowed)"
+                          : "the loss (every gradient finite)");
   for (int i = 0; e >= 0 && i < pt->n; i++)
     if (e >= pt->t[i].offset && e < pt->t[i].offset + pt->t[i].numel)
       snprintf(what, sizeof what, "the gradient of %s (element %lld)", pt->t[i].name, (long long)(e - pt->t[i].offset));
@@ -495,6 +499,9 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   int status = 0;
   char why[256];
   r->be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &status);
+  /* every rank the same kind of backend, before any collective that depends on it (the GPU binding) */
+  int agree = fm_runtime_agree_backend(r->be ? (r->be->host_accessible ? 1 : 2) : 0, "train");
+  if (agree) return agree;
   if (!r->be) {
     fm_deck_error(deck, err, FM_KEY_train_backend, "training cannot use this backend: %s", why);
     if (err)
@@ -523,6 +530,10 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   fm_log0("comm: %s (%s)", r->use_nccl ? "nccl" : "mpi", why);
   if (!r->be->host_accessible) { /* every comm: each rank on its node-local GPU, before anything is allocated */
     int shared = 0, st = fm_runtime_bind_gpu(&mesh->device, &shared);
+    if (!st && shared && r->use_nccl && c->choice[FM_KEY_parallel_comm] == FM_COMM_AUTO) {
+      r->use_nccl = 0; /* 'auto' takes what runs: MPI (shared is agreed over the world) */
+      fm_log0("comm: mpi (auto: ranks of a node share a GPU, which NCCL refuses)");
+    }
     if (!st && shared && r->use_nccl) {
       if (err)
         fprintf(err,

@@ -329,6 +329,10 @@ if [ "$case_" = gpubind ]; then # each rank binds its node-local GPU, whatever t
   w="gpu: 1 rank shares a GPU with another rank of its node (more ranks per node than GPUs): legal but slow, and comm = 'nccl' refuses it"
   [ "$(grep -cF "$w" "$D/shared_mpi.log")" = 1 ] ||
     { cat "$D/shared_mpi.log"; fail "shared_mpi: not exactly one sharing warning"; }
+  # comm = 'auto' takes NCCL on CUDA, but not where ranks share a GPU: MPI then, and the run trains
+  run shared_auto 2 auto FMHPC_EMU_GPUS=1 || { tail -20 "$D/shared_auto.log"; fail "shared_auto: did not train"; }
+  grep -qF "comm: mpi (auto: ranks of a node share a GPU, which NCCL refuses)" "$D/shared_auto.log" ||
+    { grep "comm:" "$D/shared_auto.log"; fail "shared_auto: auto did not fall back to MPI"; }
   if run shared_nccl 2 nccl FMHPC_EMU_GPUS=1; then fail "shared_nccl: two ranks on one GPU over NCCL ran"; fi
   grep -qF "fmhpc: &parallel comm = 'nccl' needs one GPU per rank, and ranks of a node share one (see the warning above)" "$D/shared_nccl.log" ||
     { tail -20 "$D/shared_nccl.log"; fail "shared_nccl: no clear message"; }
@@ -336,10 +340,23 @@ if [ "$case_" = gpubind ]; then # each rank binds its node-local GPU, whatever t
   if run nodev 1 mpi FMHPC_EMU_GPUS=0; then fail "nodev: ran without a device"; fi
   grep -qF "rank 0 (local rank 0) sees no CUDA device; hint: check CUDA_VISIBLE_DEVICES and the job's GPU request" "$D/nodev.log" ||
     { tail -20 "$D/nodev.log"; fail "nodev: no message"; }
+  # ranks that choose different backends: a message and a failed status on every task, not two ranks waiting in
+  # different collectives (before, the CPU rank went on while the GPU rank waited in the binding: a hang). In a
+  # job this is backend = 'auto' on a node whose GPU is not visible; the emulator's backend does not consult
+  # the emulated device count, so here each MPMD task's deck differs instead (rank 1: backend = 'cpu')
+  rc=0
+  timeout -k 5 90 "$MPIEXEC" -n 1 "$EMU" "${args[@]}" "parallel%comm='mpi'" "run%out_dir='$D/mixed'" : \
+    -n 1 "$EMU" "${args[@]}" "train%backend='cpu'" "parallel%comm='mpi'" "run%out_dir='$D/mixed'" \
+    > "$D/mixed.log" 2>&1 || rc=$?
+  case $rc in 0) fail "mixed: ran with one rank on the CPU and one on a GPU" ;; 124 | 137) fail "mixed: hung" ;; esac
+  grep -qF "train: the ranks chose different backends (rank 0 takes a GPU (CUDA), rank 1 takes the CPU backend): a node whose GPU is not visible, or whose driver fails, takes the CPU under &train backend = 'auto'" \
+    "$D/mixed.log" || { tail -20 "$D/mixed.log"; fail "mixed: no message naming the ranks"; }
+  grep -qF "hint: check CUDA_VISIBLE_DEVICES and the job's GPU request on every node, or set &train backend = 'cpu' (or 'cuda', which names the rank without a GPU)" \
+      "$D/mixed.log" || { tail -20 "$D/mixed.log"; fail "mixed: the reason or the hint missing"; }
   if run setfail 1 mpi FMHPC_EMU_FAIL=cudaSetDevice; then fail "setfail: ran though cudaSetDevice failed"; fi
   grep -qE "cudaSetDevice\(0\) failed: invalid device ordinal \(CUDA error 101\) \(.*comm_nccl.c:[0-9]+\)" \
     "$D/setfail.log" || { tail -20 "$D/setfail.log"; fail "setfail: no message"; }
-  for n in mpi2 nccl2 pertask shared_mpi; do
+  for n in mpi2 nccl2 pertask shared_mpi shared_auto; do
     [ -f "$D/$n/summary.json" ] || fail "$n: no summary.json (the run did not finish)"
   done
   echo "PASS: gpubind (mpi and nccl at 2 ranks on devices 0 and 1; one GPU per task; shared: warned, NCCL refused)"

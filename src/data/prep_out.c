@@ -137,8 +137,9 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   }
   /* No fsync: the rename makes the window visible whole to a rerun after a kill (the page cache outlives the
    * process). A window that an OS crash cut short is found by phase 2, which reads every byte of it ("the file
-   * ends before them", tests/errors/produce.py prep_window_cut). fsync per window made the rank wait on the
-   * disk for every window: about half of prep's wall time on the 2x corpus of bench/prep. */
+   * ends before them", tests/errors/produce.py prep_window_cut); blocks left zero-filled by a crash are not
+   * (no checksum; docs/data-format.md says to delete .prep_work after an OS crash). fsync per window made the rank wait
+   * on the disk for every window: about half of prep's wall time on the 2x corpus of bench/prep. */
   if (f && fflush(f)) rc = FM_EIO;
   if (f && fclose(f)) rc = FM_EIO;
   if (!rc && rename(part, fin)) rc = FM_EIO;

@@ -232,11 +232,19 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   const FmBackend *be = fm_backend_choose(c->train.backend, fm_train_backend_needs(c), why, (int)sizeof why, &st);
   p->on_device = be && !be->host_accessible;
   /* &parallel comm, as training resolves it (train.c): 'nccl' where NCCL
-   * cannot carry it is the same deck error here */
+   * cannot carry it is the same deck error here. Except planning on a node
+   * without a GPU (a login node) in a build with NCCL under backend = 'auto':
+   * the plan is for the GPU nodes, so it is said, not refused. */
   const char *comm_hint = NULL;
   int use_nccl = 0;
-  if (be && fm_comm_choose(c->choice[FM_KEY_parallel_comm], p->on_device, &use_nccl, p->comm_why, sizeof p->comm_why,
-                           &comm_hint)) {
+  if (be && !p->on_device && c->choice[FM_KEY_parallel_comm] == FM_COMM_NCCL && fm_comm_nccl_built() &&
+      fm_strcasecmp(c->train.backend, "auto") == 0) {
+    use_nccl = 1;
+    snprintf(p->comm_why, sizeof p->comm_why,
+             "asked for; this node has no usable GPU, so the plan below is the CPU backend's and training here "
+             "would stop: plan on a GPU node for device memory");
+  } else if (be && fm_comm_choose(c->choice[FM_KEY_parallel_comm], p->on_device, &use_nccl, p->comm_why,
+                                  sizeof p->comm_why, &comm_hint)) {
     fm_deck_error(deck, err, FM_KEY_parallel_comm, "%s", p->comm_why);
     if (err && comm_hint) fprintf(err, "hint: %s\n", comm_hint);
     return FM_EDECK;

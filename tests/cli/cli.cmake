@@ -73,6 +73,11 @@ fm_cli_test(comm_nccl_cpu RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in "p
 # --check resolves &parallel comm as training does: the same error, and the choice printed.
 fm_cli_test(comm_nccl_cpu_check RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in "parallel%comm='nccl'" "train%backend='cpu'"
             MATCH "&parallel comm = 'nccl': NCCL collectives need the CUDA backend" "hint: comm = 'auto' or 'mpi'")
+# A build with NCCL on a node without a GPU (a login node) plans a comm = 'nccl' deck and says so.
+if(FMHPC_HAVE_CUDA)
+  fm_cli_test(comm_nccl_login_node_check RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in "parallel%comm='nccl'"
+              MATCH "comm       nccl \\(asked for; this node has no usable GPU")
+endif()
 fm_cli_test(comm_auto_check RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in "train%backend='cpu'"
             MATCH "comm       mpi \\(auto: MPI")
 # Every key in keys.def is read by code that acts on it (not only by --check's plan).

@@ -14,7 +14,7 @@ LAYERS="${4:-12}"
 OUT="$(mktemp -d)"
 if [ -n "${5:-}" ]; then DIR="$5"; mkdir -p "$DIR"; MADE=""; else DIR="$(mktemp -d)"; MADE="$DIR"; fi
 trap 'rm -rf "$OUT" "$DIR"/step_* "$DIR"/latest "$DIR"/latest.tmp "$DIR"/dd.bin ${MADE:+"$MADE"}' EXIT
-mpicc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/ckpt/bench_ckpt.c" \
+mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/ckpt/bench_ckpt.c" \
   "$BUILD/libfmhpc_lib.a" $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$OUT/bench_ckpt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 f=$(mpirun -n "$RANKS" "$OUT/bench_ckpt" "$DIR" "$REPS" "$LAYERS" | grep '^RESULT')

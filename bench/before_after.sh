@@ -8,7 +8,9 @@
 #   source against each tree's own headers and library (-DFMHPC_BENCH_NO_BUCKETS
 #   where the earlier tree has no fm_reduce_bucket), so both are measured alike.
 # Rows (run interleaved: after, before, peer, case by case, so a change of
-# load hits both): the CPU training step (bench/step_cpu: GPT-2 124M B=4 at
+# load hits both): the CPU training step (each side's figure: the median of
+# its timed steps, bench/step_cpu/bench_step.c; STEP_ROUNDS (default 2, quick
+# 1) rounds of after, before, PyTorch, and each side's best round counts) (bench/step_cpu: GPT-2 124M B=4 at
 # T=256 and T=64, nano Llama T=128; tokens/s against PyTorch, GFLOP/s against
 # the sgemm peak measured in the same process), the exact reduction against a
 # float MPI_Allreduce at P=2 and P=4 (bench/reduce: the exchange alone; a
@@ -88,21 +90,36 @@ cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/tokeniz
 
 if [ "$QUICK" = 1 ]; then
   B=1 STEPS=1 RED_N=16777216 RED_REPS=1 OVM="256 4 4 1024 50257" ROOF_MIB="128 256" CORPUS=4
+  ROUNDS="${STEP_ROUNDS:-1}"
+  export FMHPC_BENCH_MIN_S="${FMHPC_BENCH_MIN_S:-1}"
 else
   B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1
+  ROUNDS="${STEP_ROUNDS:-2}"
 fi
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the start" > "$LOGS/load"
 say() { echo "== $*" >&2; }
-# the step: after, before, PyTorch; case by case
-while read -r name arch C L NH NKV F V T; do
-  for tag in after before; do
-    say "step $name $tag"
-    OMP_NUM_THREADS=$NP "$LOGS/bench_step_$tag" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$NP" \
-      > "$LOGS/step_${name}_$tag" 2>&1 || echo "FAILED" >> "$LOGS/step_${name}_$tag"
+# the step: after, before, PyTorch; case by case, ROUNDS times; each side's best round (highest median tok/s) counts
+best_round() { # OUT ROUND_FILES...: copies the round with the highest tok_s (the first when none has one) to OUT
+  local out="$1" best="$2" bt=-1 f t
+  shift
+  for f in "$@"; do
+    t=$(grep -o ' tok_s=[0-9.]*' "$f" | head -1 | cut -d= -f2)
+    if [ -n "$t" ] && awk -v a="$t" -v b="$bt" 'BEGIN { exit !(a > b) }'; then bt="$t" best="$f"; fi
   done
-  say "step $name PyTorch"
-  /usr/bin/python3 "$ROOT/bench/step_cpu/torch_step.py" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$NP" \
-    > "$LOGS/step_${name}_torch" 2>&1 || echo "FAILED" >> "$LOGS/step_${name}_torch"
+  cp "$best" "$out"
+}
+while read -r name arch C L NH NKV F V T; do
+  for r in $(seq 1 "$ROUNDS"); do
+    for tag in after before; do
+      say "step $name $tag (round $r of $ROUNDS)"
+      OMP_NUM_THREADS=$NP "$LOGS/bench_step_$tag" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$NP" \
+        > "$LOGS/step_${name}_$tag.r$r" 2>&1 || echo "FAILED" >> "$LOGS/step_${name}_$tag.r$r"
+    done
+    say "step $name PyTorch (round $r of $ROUNDS)"
+    /usr/bin/python3 "$ROOT/bench/step_cpu/torch_step.py" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$NP" \
+      > "$LOGS/step_${name}_torch.r$r" 2>&1 || echo "FAILED" >> "$LOGS/step_${name}_torch.r$r"
+  done
+  for tag in after before torch; do best_round "$LOGS/step_${name}_$tag" "$LOGS/step_${name}_$tag".r*; done
 done <<CASES
 gpt2_124M_T256 gpt2 768 12 12 12 3072 50257 256
 gpt2_124M_T64 gpt2 768 12 12 12 3072 50257 64
@@ -146,7 +163,7 @@ say "roofs"
 OPENBLAS_NUM_THREADS=1 "$LOGS/bench_roof" "$NP" $ROOF_MIB "$LOGS" > "$LOGS/roof" 2>&1 || echo "FAILED" >> "$LOGS/roof"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end" >> "$LOGS/load"
 for f in "$LOGS"/step_* "$LOGS"/reduce_* "$LOGS"/overlap_* "$LOGS"/prep_* "$LOGS"/tok "$LOGS"/roof; do
-  case "$f" in *.time) continue ;; esac
+  case "$f" in *.time | *.r[0-9]*) continue ;; esac
   sed "s|^|$(basename "$f"): |" "$f" | grep -v '^[^:]*: profile' >&2 || true
 done
 /usr/bin/python3 "$ROOT/bench/before_after.py" "$LOGS" "$JSON" "$QUICK" "$NP" "$RED_N" "$B" \

@@ -5,7 +5,14 @@
  * runs PyTorch on the same step beside it.
  *   bench_step ARCH C L NH NKV F V T B STEPS THREADS   (one rank: mpirun -n 1 or none)
  * prints key=value lines (ms_step, tok_s, gflops, peak_gflops, mem_gb_s), the
- * phase line and the per-op table (lines starting "profile"). */
+ * phase line and the per-op table (lines starting "profile").
+ * Timing: 3 untimed warm-up steps, then at least STEPS timed steps and more
+ * until they add up to FMHPC_BENCH_MIN_S seconds (default 4; at most
+ * MAX_STEPS), so a fast step (the nano Llama) is timed over many. ms_step,
+ * tok_s, gflops and cpu_s_step are the MEDIAN step's (wall and CPU seconds
+ * each their own median), so one step slowed by another process on a shared
+ * machine does not decide the figure; mean_ms and best_ms are printed beside.
+ * The per-op profile is the mean over the same timed steps. */
 #include <cblas.h>
 #include <math.h>
 #include <mpi.h>
@@ -20,6 +27,19 @@
 #include "fmhpc/rng.h"
 #include "fmhpc/runtime.h"
 #include "../bench_util.h"
+
+#define MAX_STEPS 200
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+static double median(const double *v, int64_t n) { /* of a copy: v keeps its order */
+  double t[MAX_STEPS];
+  memcpy(t, v, (size_t)n * sizeof *t);
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
 
 void openblas_set_num_threads(int);
 
@@ -344,9 +364,14 @@ int main(int argc, char **argv) {
     w[i] = 1.0f / (float)n;
   }
   FmModelInput in = {tok, tgt, pos, NULL};
-  double best = 1e30, total = 0, cpu_total = 0, phase[3] = {0, 0, 0}, reduce_s = 0; /* zero_grad, fwd+bwd, optimizer */
-  for (int64_t s = 0; s < steps + 2; s++) {                                         /* 2 warm-up steps */
-    profiling = s >= 2, in_backward = 0;
+  const char *min_env = getenv("FMHPC_BENCH_MIN_S");
+  const double min_s = min_env ? atof(min_env) : 4.0;
+  const int64_t warm = 3;
+  double wall_v[MAX_STEPS], cpu_v[MAX_STEPS];
+  double best = 1e30, total = 0, phase[3] = {0, 0, 0}, reduce_s = 0; /* zero_grad, fwd+bwd, optimizer */
+  int64_t timed = 0;
+  for (int64_t s = 0; timed < MAX_STEPS && (timed < steps || total < min_s); s++) {
+    profiling = s >= warm, in_backward = 0;
     const double c0 = cpu_now();
     double t0 = now();
     fm_model_zero_grad(m);
@@ -355,7 +380,7 @@ int main(int argc, char **argv) {
     double t2 = now();
     fm_optim_step(opt, fm_model_param_arena(m), fm_model_grad_arena(m), s + 1, 1e-4f);
     double dt = now() - t0;
-    if (s >= 2) cpu_total += cpu_now() - c0;
+    const double dc = cpu_now() - c0;
     /* not part of the step timed against PyTorch (one process has nothing to exchange) */
     double r0 = now();
     fm_reduce_begin(&red);
@@ -367,7 +392,8 @@ int main(int argc, char **argv) {
     }
     memcpy(wcopy, fm_model_param_arena(m), (size_t)tab->numel * sizeof *wcopy);
     fm_reduce_allgather(&red, wcopy);
-    if (s >= 2) {
+    if (s >= warm) {
+      wall_v[timed] = dt, cpu_v[timed] = dc, timed++;
       total += dt;
       if (dt < best) best = dt;
       phase[0] += t1 - t0, phase[1] += t2 - t1, phase[2] += t0 + dt - t2;
@@ -376,23 +402,23 @@ int main(int argc, char **argv) {
   }
   profiling = 0;
   double fwd = 0; /* the forward alone, to split forward+backward */
-  for (int64_t s = 0; s < steps; s++) {
+  for (int64_t s = 0; s < timed; s++) {
     double t0 = now();
     fm_model_forward_backward(m, &in, w, false);
     fwd += now() - t0;
   }
-  const double mean = total / (double)steps;
+  const double mean = total / (double)timed, med = median(wall_v, timed);
   const double flops = k->train_flops_per_token(&d) * (double)n;
   printf(
-      "fmhpc params=%lld ms_step=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f mem_gb_s=%.2f "
-      "cpu_s_step=%.2f\n",
-      (long long)tab->numel, 1e3 * mean, 1e3 * best, (double)n / mean, flops / mean / 1e9, peak, bw,
-      cpu_total / (double)steps);
+      "fmhpc params=%lld ms_step=%.1f mean_ms=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f "
+      "mem_gb_s=%.2f cpu_s_step=%.3f steps=%lld (median step of the timed ones; 3 warm-up steps)\n",
+      (long long)tab->numel, 1e3 * med, 1e3 * mean, 1e3 * best, (double)n / med, flops / med / 1e9, peak, bw,
+      median(cpu_v, timed), (long long)timed);
   /* The phases: forward and backward GFLOP/s at 1/3 and 2/3 of the training
    * FLOPs (2N + attention per token forward, twice that backward); the
    * optimizer's GB/s over the 4 arrays it reads and 3 it writes (AdamW: w, g,
    * m, v). */
-  const double st = (double)steps, fw = fwd / st, bw_s = phase[1] / st - fw, ot = phase[2] / st;
+  const double st = (double)timed, fw = fwd / st, bw_s = phase[1] / st - fw, ot = phase[2] / st;
   const double P = (double)tab->numel;
   printf(
       "phases zero_ms=%.1f forward_ms=%.1f forward_gflops=%.2f backward_ms=%.1f backward_gflops=%.2f "

@@ -13,6 +13,10 @@
 # Each side also prints cpu_s_step, the process's CPU seconds per step (all
 # threads): on a loaded machine the wall clock counts time it did not run.
 # Goals: >= 2x PyTorch's tokens/s at T=256, >= 85% of peak. Not run in CI.
+# Timing (both sides alike): 3 warm-up steps, then at least STEPS timed steps
+# and more until FMHPC_BENCH_MIN_S seconds (default 4); each figure is the
+# median step's (mean and best printed beside), so one slow step on a shared
+# machine does not decide a row.
 #   bench/step_cpu/run.sh [CPU_BUILD_DIR (default build-bench)] [THREADS (nproc)] [STEPS (5)]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"

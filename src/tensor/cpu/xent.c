@@ -40,6 +40,18 @@
 #define FM_XENT_RB 128  /* rows per logits and dx call */
 #define FM_XENT_RS 512  /* rows per block held whole (a multiple of FM_XENT_RB) */
 
+#define FM_XENT_G 8 /* rows whose sums of exp run side by side (no effect on bits) */
+
+/* The elementwise passes vectorise (fm__cpu_expf is branch-free); an AVX2
+ * clone does the same IEEE operations per lane as the baseline (no FMA:
+ * -ffp-contract=off, and AVX2 alone does not enable it), so the same bits on
+ * either path (as elementwise.c's clones). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define FM_XENT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FM_XENT_CLONES
+#endif
+
 static int64_t chunk_cols(int64_t V) { return V < FM_XENT_VC ? V : FM_XENT_VC; }
 
 int64_t fm_cpu_xent_scratch(int64_t N, int64_t V) { return (N < FM_XENT_RS ? N : FM_XENT_RS) * V + 3 * N; }
@@ -54,12 +66,17 @@ static int rows_masked(const float *weight, int64_t r0, int64_t nr) {
  * value as the scan in column order (the maximum of a set does not depend on
  * the order; only a zero maximum's sign could, and its uses, differences
  * inside exp and m + log(l) with l >= 1, give the same bits for +0 and -0). */
-static float chunk_max(const float *z, int64_t n, float m) {
-  float lane[8];
-  for (int j = 0; j < 8; j++) lane[j] = m;
+static inline float chunk_max(const float *z, int64_t n, float m) {
+  typedef float v8f __attribute__((vector_size(32)));
+  typedef int32_t v8i __attribute__((vector_size(32)));
+  v8f lane = {m, m, m, m, m, m, m, m};
   int64_t c = 0;
-  for (; c + 8 <= n; c += 8)
-    for (int j = 0; j < 8; j++) lane[j] = z[c + j] > lane[j] ? z[c + j] : lane[j];
+  for (; c + 8 <= n; c += 8) {
+    v8f zc;
+    memcpy(&zc, z + c, sizeof zc);
+    const v8i gt = zc > lane; /* all ones where z > lane (never for a NaN z) */
+    lane = (v8f)(((v8i)zc & gt) | ((v8i)lane & ~gt));
+  }
   float mx = m;
   for (int j = 0; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
   for (; c < n; c++) mx = z[c] > mx ? z[c] : mx;
@@ -69,27 +86,47 @@ static float chunk_max(const float *z, int64_t n, float m) {
 /* Rows [r0, r0+nr) (global row numbers; their logits at Z, row stride V):
  * for each vocab chunk in order, the logits tile (one sgemm) and, while it is
  * in cache, each row's online logsumexp step and target logit; then lse and
- * weight * loss. */
-static void rows_lse(float *Z, float *lse, float *loss_d, const float *x, const float *w, const int32_t *targets,
-                     const float *weight, int64_t r0, int64_t nr, int64_t C, int64_t V) {
+ * weight * loss. Each row's sum of exp runs in double in column order, a
+ * chain of dependent additions: FM_XENT_G rows' chains run side by side
+ * (independent, so the additions overlap) and each row keeps its order and
+ * its bits. */
+FM_XENT_CLONES static void rows_lse(float *Z, float *lse, float *loss_d, const float *x, const float *w,
+                                    const int32_t *targets, const float *weight, int64_t r0, int64_t nr, int64_t C,
+                                    int64_t V) {
   const int64_t vce = chunk_cols(V);
-  float m[FM_XENT_RB], zt[FM_XENT_RB], e[FM_XENT_VC];
+  float m[FM_XENT_RB], zt[FM_XENT_RB], e[FM_XENT_G][FM_XENT_VC];
   double l[FM_XENT_RB];
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0, zt[r] = 0.0f;
   for (int64_t v0 = 0; v0 < V; v0 += vce) {
     const int64_t vc = V - v0 < vce ? V - v0 : vce;
     fm__cpu_gemm1(0, 1, nr, vc, C, 1.0f, x + r0 * C, C, w + v0 * C, C, 0.0f, Z + v0, V);
-    for (int64_t r = 0; r < nr; r++) {
-      const float *z = Z + r * V + v0;
-      const int64_t t = weight[r0 + r] != 0.0f ? targets[r0 + r] : -1;
-      if (t >= v0 && t < v0 + vc) zt[r] = z[t - v0];
-      const float mx = chunk_max(z, vc, m[r]);
+    for (int64_t g0 = 0; g0 < nr; g0 += FM_XENT_G) {
+      const int64_t ng = nr - g0 < FM_XENT_G ? nr - g0 : FM_XENT_G;
+      float mx[FM_XENT_G];
+      double s[FM_XENT_G];
+      for (int64_t j = 0; j < ng; j++) {
+        const int64_t r = g0 + j;
+        const float *z = Z + r * V + v0;
+        const int64_t t = weight[r0 + r] != 0.0f ? targets[r0 + r] : -1;
+        if (t >= v0 && t < v0 + vc) zt[r] = z[t - v0];
+        const float mj = chunk_max(z, vc, m[r]);
+        float *ej = e[j];
 #pragma omp simd
-      for (int64_t c = 0; c < vc; c++) e[c] = fm__cpu_expf(z[c] - mx);
-      double sum = 0.0;
-      for (int64_t c = 0; c < vc; c++) sum += e[c]; /* in column order */
-      l[r] = l[r] * exp((double)m[r] - (double)mx) + sum;
-      m[r] = mx;
+        for (int64_t c = 0; c < vc; c++) ej[c] = fm__cpu_expf(z[c] - mj);
+        mx[j] = mj;
+        s[j] = 0.0;
+      }
+      if (ng == FM_XENT_G)
+        for (int64_t c = 0; c < vc; c++) /* in column order, per row */
+          for (int j = 0; j < FM_XENT_G; j++) s[j] += e[j][c];
+      else
+        for (int64_t j = 0; j < ng; j++)
+          for (int64_t c = 0; c < vc; c++) s[j] += e[j][c];
+      for (int64_t j = 0; j < ng; j++) {
+        const int64_t r = g0 + j;
+        l[r] = l[r] * exp((double)m[r] - (double)mx[j]) + s[j];
+        m[r] = mx[j];
+      }
     }
   }
   for (int64_t r = 0; r < nr; r++) {
@@ -104,8 +141,8 @@ static void rows_lse(float *Z, float *lse, float *loss_d, const float *x, const 
 /* The same rows' logits become dlogits = (softmax - onehot) * weight, chunk
  * by chunk, each chunk then added into dx (dx += dlogits_chunk w_chunk, the
  * chunks in order) while it is in cache. */
-static void rows_grad(float *Z, float *dx, const float *lse, const float *w, const int32_t *targets,
-                      const float *weight, int64_t r0, int64_t nr, int64_t C, int64_t V, int bf16) {
+FM_XENT_CLONES static void rows_grad(float *Z, float *dx, const float *lse, const float *w, const int32_t *targets,
+                                     const float *weight, int64_t r0, int64_t nr, int64_t C, int64_t V, int bf16) {
   const int64_t vce = chunk_cols(V);
   for (int64_t v0 = 0; v0 < V; v0 += vce) {
     const int64_t vc = V - v0 < vce ? V - v0 : vce;

@@ -200,14 +200,34 @@ typedef struct FmShardPart {
   const int32_t *segment_ids;
 } FmShardPart;
 
-/* Collective over comm: create path.partial, write every rank's part, close,
- * and (rank 0) rename to path. Same calls for any rank count, so the file's
- * bytes do not depend on it. */
+/* A shard being written: created collectively (the .partial file or files at
+ * their final size), rows put by each rank on its own in any order and
+ * pieces (prep streams its rows through a small buffer instead of holding a
+ * rank's part of the shard), closed collectively. */
+typedef struct FmShardWriter FmShardWriter;
+struct FmShardWriter {
+  /* Rows [row, row + n) of the shard from arrays of n*R elements (pos
+   * ignored when position_ids = 'none'). 0, or FM_EIO with the file named. */
+  int (*put)(FmShardWriter *w, int64_t row, int64_t n, const uint32_t *tok, const uint8_t *mask, const int32_t *seg,
+             const int32_t *pos);
+  /* Collective: close; when every rank's rc (its status so far) is 0, rank 0
+   * renames the .partial to the name, else removes it. The lowest rc of any
+   * rank. Frees w. */
+  int (*close)(FmShardWriter *w, int rc);
+};
+/* Collective over comm: path.partial with the attributes and the datasets
+ * allocated; the same calls for any rank count, so the file's bytes do not
+ * depend on it. */
+int fm__h5_shard_create(FmShardWriter **w, const char *path, const FmShardMeta *m, FmComm *comm, FILE *err);
+/* .bin: path_stem.{tokens,loss_mask,segment_ids,position_ids}.bin.partial at
+ * their final sizes, written with pwrite at computed offsets, fsynced and
+ * renamed at close. */
+int fm__bin_shard_create(FmShardWriter **w, const char *path_stem, const FmShardMeta *m, FmComm *comm, FILE *err);
+/* Each run of part through w->put: 0 or the first failure. */
+int fm__shard_put_part(FmShardWriter *w, const FmShardPart *part, int64_t R);
+/* Every rank's part in one go: create, put each run, close. */
 int fm__h5_write_shard(const char *path, const FmShardMeta *m, const FmShardPart *part, FmComm *comm, FILE *err);
-/* .bin: files path_stem.{tokens,loss_mask,position_ids,segment_ids}.bin,
- * written with pwrite at computed offsets, each as .partial then renamed. */
-int fm__bin_write_shard(const char *path_stem, const FmShardMeta *m, const FmShardPart *part, FmComm *comm,
-                        FILE *err);
+int fm__bin_write_shard(const char *path_stem, const FmShardMeta *m, const FmShardPart *part, FmComm *comm, FILE *err);
 /* Readers behind fm_store_open, one shard each: a small ops table that the
  * h5 and bin readers embed as their first member. read: rows[0..n)
  * (shard-local, increasing, distinct) into contiguous buffers of n*R (pos may

@@ -108,7 +108,7 @@ typedef struct Prep {
   FmPacked pk[2]; /* a window's rows; buffers kept across windows */
   int32_t *wseg;  /* a window's segment lengths, as committed */
   int64_t wsegcap;
-  RowBuf part, scratch; /* phase 2: this rank's rows of a shard; rows read for a checksum */
+  RowBuf part, scratch; /* phase 2: a chunk of this rank's rows of a shard; rows read for a checksum */
   int64_t stat[NSTAT];
   /* progress */
   double t0, t_last;

@@ -297,55 +297,107 @@ static char *provenance(const Prep *p, int s, const int64_t *tot) {
   return b.s;
 }
 
-/* The sha256-blocks-v1 checksums of shard rows [a, b) of split s (fm_sha_pieces: the SHA-256 of the
- * SHA-256s of 65,536-element pieces), made from memory instead of reading the shard back. Piece k is
- * hashed by the rank whose window holds its first row: from p->part when this rank's runs hold all its
- * rows, else from rows read out of the window files (a piece across windows of two ranks). Every rank
- * gets every digest (each was made by one rank: an OR joins them). */
-static int shard_sums(Prep *p, int s, int64_t nW, const int64_t *off, const WinInfo *wi, int64_t a, int64_t b,
-                      int64_t nruns, const int64_t *rs, const int64_t *rcnt, char hex[FM_SHARD_NDSETS][65]) {
-  const int64_t R = p->R, nel = (b - a) * R, np = (nel + FM_SHA_PIECE - 1) / FM_SHA_PIECE;
-  const int nd = p->pos != FM_POS_NONE ? 4 : 3;
-  const size_t esize[FM_SHARD_NDSETS] = {4, 1, 4, 4};
-  uint8_t *dig = fm_xcalloc((size_t)(np * FM_SHARD_NDSETS * 32) + 1, 1); /* [dataset][piece][32] */
-  int rc = 0;
-  int64_t w = 0, k = 0, at = 0; /* the window of a piece's first row; this rank's run at or after it, its row in part */
-  for (int64_t q = 0; q < np && !rc; q++) {
-    int64_t e0 = q * FM_SHA_PIECE, e1 = e0 + FM_SHA_PIECE < nel ? e0 + FM_SHA_PIECE : nel;
-    int64_t g0 = a + e0 / R, g1 = a + (e1 + R - 1) / R; /* shard rows [g0, g1) hold the piece */
-    while (off[w + 1] <= g0) w++;
-    if (w % p->P != p->rank) continue;
-    while (k < nruns && a + rs[k] + rcnt[k] <= g0) at += rcnt[k++];
-    /* this rank's runs from k on cover [g0, g1) without a gap? */
-    int64_t end = a + rs[k] + rcnt[k];
-    for (int64_t k2 = k + 1; k2 < nruns && end < g1 && a + rs[k2] == end; k2++) end += rcnt[k2];
-    const RowBuf *src = &p->part;
-    int64_t e_at = at * R + (e0 - rs[k] * R); /* the piece's first element in src */
-    if (end < g1) {                           /* read the rows from the window files */
-      rowbuf_reserve(&p->scratch, g1 - g0, R);
-      for (int64_t v = w; v < nW && off[v] < g1 && !rc; v++) {
-        int64_t lo = off[v] > g0 ? off[v] : g0, hi = off[v + 1] < g1 ? off[v + 1] : g1;
-        if (lo < hi) rc = read_window_rows(p, v, &wi[v], s, lo - off[v], hi - lo, lo - g0, &p->scratch);
+/* A shard streams through this rank in chunks of rows (read from its window files into p->part, put into the
+ * shard, hashed), so that prep holds a few MB instead of its part of the shard, and the rows are hashed and written
+ * while they are in the cache. The sha256-blocks-v1 checksums (fm_sha_pieces: the SHA-256 of the SHA-256s of
+ * 65,536-element pieces of each dataset) are made from these rows instead of reading the shard back: piece q is
+ * hashed by the rank whose window holds its first row, as its chunks pass; where the piece runs on into rows of
+ * another rank's window, the rest is read from the window files. Every rank gets every digest (each made by one
+ * rank: an OR joins them). */
+typedef struct Sums {
+  int64_t np, nel, next; /* pieces, elements; the first piece this rank has not finished */
+  int nd;                /* datasets stored */
+  uint8_t *mine;         /* per piece: this rank hashes it */
+  uint8_t *dig;          /* [dataset][piece][32] */
+  FmSha256 ctx[FM_SHARD_NDSETS];
+} Sums;
+
+static const size_t dset_esize[FM_SHARD_NDSETS] = {4, 1, 4, 4};
+
+/* Shard elements [e0, e1), held in b from element b0 on, into the pieces this rank hashes. */
+static void sums_feed(Sums *m, const RowBuf *b, int64_t b0, int64_t e0, int64_t e1) {
+  const void *data[FM_SHARD_NDSETS] = {b->tok, b->mask, b->seg, b->pos};
+  for (int64_t e = e0; e < e1;) {
+    int64_t q = e / FM_SHA_PIECE, pe = (q + 1) * FM_SHA_PIECE < m->nel ? (q + 1) * FM_SHA_PIECE : m->nel;
+    int64_t end = pe < e1 ? pe : e1;
+    if (q >= m->next && m->mine[q]) {
+      for (int d = 0; d < m->nd; d++) {
+        if (e == q * FM_SHA_PIECE) fm_sha256_init(&m->ctx[d]);
+        fm_sha256_update(&m->ctx[d], (const uint8_t *)data[d] + (size_t)(e - b0) * dset_esize[d],
+                         (size_t)(end - e) * dset_esize[d]);
+        if (end == pe) fm_sha256_final(&m->ctx[d], m->dig + (size_t)(d * m->np + q) * 32);
       }
-      src = &p->scratch;
-      e_at = e0 - (g0 - a) * R;
+      if (end == pe) m->next = q + 1;
     }
-    const void *data[FM_SHARD_NDSETS] = {src->tok, src->mask, src->seg, src->pos};
-    for (int d = 0; d < nd && !rc; d++)
-      fm_sha256((const uint8_t *)data[d] + (size_t)e_at * esize[d], (size_t)(e1 - e0) * esize[d],
-                dig + (size_t)(d * np + q) * 32);
+    e = end;
   }
-  fm__idle_barrier(p->world);
+}
+
+/* After this rank's rows up to shard row r (global a + r) when its next row is elsewhere: the piece it hashes that
+ * is open there, finished from the window files. */
+static int sums_finish_open(Prep *p, Sums *m, int s, int64_t nW, const int64_t *off, const WinInfo *wi, int64_t a,
+                            int64_t r) {
+  const int64_t R = p->R, e = r * R;
+  if (e == 0 || e >= m->nel) return 0;
+  int64_t q = (e - 1) / FM_SHA_PIECE, pe = (q + 1) * FM_SHA_PIECE < m->nel ? (q + 1) * FM_SHA_PIECE : m->nel;
+  if (q < m->next || !m->mine[q] || pe <= e) return 0;
+  int64_t g0 = a + r, g1 = a + (pe + R - 1) / R;
+  rowbuf_reserve(&p->scratch, g1 - g0, R);
+  int rc = 0;
+  int64_t v = 0;
+  while (off[v + 1] <= g0) v++;
+  for (; v < nW && off[v] < g1 && !rc; v++) {
+    int64_t lo = off[v] > g0 ? off[v] : g0, hi = off[v + 1] < g1 ? off[v + 1] : g1;
+    if (lo < hi) rc = read_window_rows(p, v, &wi[v], s, lo - off[v], hi - lo, lo - g0, &p->scratch);
+  }
+  if (!rc) sums_feed(m, &p->scratch, e, e, pe);
+  return rc;
+}
+
+/* Shard j of split s, rows [a, b): created, this rank's runs (rows [a + rs[k], + rcnt[k]) of window rw[k]) streamed
+ * through p->part into it and into the checksums, closed. */
+static int write_shard(Prep *p, int s, int64_t nW, const int64_t *off, const WinInfo *wi, int64_t a, int64_t b,
+                       int64_t nruns, const int64_t *rs, const int64_t *rcnt, const int64_t *rw, FmShardWriter *wr,
+                       char hex[FM_SHARD_NDSETS][65]) {
+  const int64_t R = p->R;
+  Sums m = {0};
+  m.nel = (b - a) * R;
+  m.np = (m.nel + FM_SHA_PIECE - 1) / FM_SHA_PIECE;
+  m.nd = p->pos != FM_POS_NONE ? 4 : 3;
+  m.mine = fm_xcalloc((size_t)m.np + 1, 1);
+  m.dig = fm_xcalloc((size_t)(m.np * FM_SHARD_NDSETS * 32) + 1, 1);
+  for (int64_t q = 0, w = 0; q < m.np; q++) { /* the window of each piece's first row */
+    int64_t g0 = a + q * FM_SHA_PIECE / R;
+    while (off[w + 1] <= g0) w++;
+    m.mine[q] = w % p->P == p->rank;
+  }
+  int64_t chunk = (int64_t)(FM_WRITE_CHUNK / ((size_t)R * 4)); /* rows: a write of at most FM_WRITE_CHUNK */
+  if (chunk < 1) chunk = 1;
+  rowbuf_reserve(&p->part, chunk, R);
+  int rc = 0;
+  for (int64_t k = 0; k < nruns && !rc; k++) {
+    int64_t w = rw[k], end = rs[k] + rcnt[k];
+    for (int64_t r = rs[k]; r < end && !rc;) {
+      int64_t n = end - r < chunk ? end - r : chunk;
+      rc = read_window_rows(p, w, &wi[w], s, a + r - off[w], n, 0, &p->part);
+      if (!rc) rc = wr->put(wr, r, n, p->part.tok, p->part.mask, p->part.seg, p->part.pos);
+      if (!rc) sums_feed(&m, &p->part, r * R, r * R, (r + n) * R);
+      r += n;
+    }
+    if (!rc && (k + 1 == nruns || rs[k + 1] != end)) rc = sums_finish_open(p, &m, s, nW, off, wi, a, end);
+  }
+  fm__idle_barrier(p->world); /* ranks hold different numbers of rows */
   rc = agree(p->world, rc);
-  if (!rc) rc = fm_comm_allreduce(p->world, dig, dig, np * FM_SHARD_NDSETS * 32, FM_DT_U8, FM_OP_BOR);
+  if (!rc) rc = fm_comm_allreduce(p->world, m.dig, m.dig, m.np * FM_SHARD_NDSETS * 32, FM_DT_U8, FM_OP_BOR);
   for (int d = 0; d < FM_SHARD_NDSETS && !rc; d++) {
     uint8_t out[32];
-    fm_sha256(dig + (size_t)(d * np) * 32, (size_t)np * 32, out);
+    fm_sha256(m.dig + (size_t)(d * m.np) * 32, (size_t)m.np * 32, out);
     fm_hex(out, 32, hex[d]);
-    if (d >= nd) hex[d][0] = '\0';
+    if (d >= m.nd) hex[d][0] = '\0';
   }
-  free(dig);
-  return rc;
+  free(m.mine);
+  free(m.dig);
+  return wr->close(wr, rc);
 }
 
 int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const int64_t *tot, int64_t *nshards_out) {
@@ -366,53 +418,44 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
   fm_str_init(&src);
   for (int i = 0; i < p->nin; i++) fm_str_printf(&src, "%s  %s\n", p->in[i].sha, p->in[i].path);
   int rc = 0;
-  int has_pos = p->pos != FM_POS_NONE;
   char(*sums)[FM_SHARD_NDSETS][65] = fm_xcalloc((size_t)(nsh > 0 ? nsh : 1), sizeof *sums);
-  int64_t *rs = fm_xmalloc((size_t)(nW + 1) * sizeof *rs), *rcnt = fm_xmalloc((size_t)(nW + 1) * sizeof *rcnt);
+  int64_t *rs = fm_xmalloc((size_t)(nW + 1) * sizeof *rs), *rcnt = fm_xmalloc((size_t)(nW + 1) * sizeof *rcnt),
+          *rw = fm_xmalloc((size_t)(nW + 1) * sizeof *rw);
   for (int64_t j = 0; j < nsh && !rc; j++) {
     int64_t a = j * per, b = a + per < N ? a + per : N;
-    /* this rank's windows that intersect rows [a, b), read into p->part */
-    int64_t nruns = 0, nrows = 0;
+    /* this rank's windows that intersect rows [a, b): runs of shard rows */
+    int64_t nruns = 0;
     for (int64_t w = p->rank; w < nW; w += p->P) {
-      int64_t lo = off[w] > a ? off[w] : a, hi = off[w + 1] < b ? off[w + 1] : b;
-      if (lo < hi) nrows += hi - lo;
-    }
-    rowbuf_reserve(&p->part, nrows + 1, R);
-    for (int64_t w = p->rank, at = 0; w < nW && !rc; w += p->P) {
       int64_t lo = off[w] > a ? off[w] : a, hi = off[w + 1] < b ? off[w + 1] : b;
       if (lo >= hi) continue;
       rs[nruns] = lo - a;
-      rcnt[nruns++] = hi - lo;
-      rc = read_window_rows(p, w, &wi[w], s, lo - off[w], hi - lo, at, &p->part);
-      at += hi - lo;
+      rcnt[nruns] = hi - lo;
+      rw[nruns++] = w;
     }
-    fm__idle_barrier(p->world); /* ranks read different numbers of rows */
-    rc = agree(p->world, rc);
-    if (!rc) rc = shard_sums(p, s, nW, off, wi, a, b, nruns, rs, rcnt, sums[j]);
-    if (!rc) {
-      char name[64], *path = fm_xmalloc(strlen(p->out) + 80);
-      snprintf(name, sizeof name, "%s_%05lld%s", split_names[s], (long long)j, is_h5 ? ".h5" : "");
-      sprintf(path, "%s/%s", p->out, name);
-      FmShardMeta m = {split_names[s],
-                       (int)j,
-                       (int)nsh,
-                       a,
-                       b - a,
-                       R - 1,
-                       fm_tok_vocab_size(p->tok),
-                       p->eos,
-                       (int32_t)p->pad,
-                       fm_packing_name(p->packing),
-                       fm_posids_name(p->pos),
-                       fm_tok_hash(p->tok),
-                       src.s,
-                       prov};
-      FmShardPart part = {nruns, rs, rcnt, p->part.tok, p->part.mask, has_pos ? p->part.pos : NULL, p->part.seg};
-      rc = is_h5 ? fm__h5_write_shard(path, &m, &part, p->world, stderr)
-                 : fm__bin_write_shard(path, &m, &part, p->world, stderr);
-      free(path);
-    }
+    char name[64], *path = fm_xmalloc(strlen(p->out) + 80);
+    snprintf(name, sizeof name, "%s_%05lld%s", split_names[s], (long long)j, is_h5 ? ".h5" : "");
+    sprintf(path, "%s/%s", p->out, name);
+    FmShardMeta m = {split_names[s],
+                     (int)j,
+                     (int)nsh,
+                     a,
+                     b - a,
+                     R - 1,
+                     fm_tok_vocab_size(p->tok),
+                     p->eos,
+                     (int32_t)p->pad,
+                     fm_packing_name(p->packing),
+                     fm_posids_name(p->pos),
+                     fm_tok_hash(p->tok),
+                     src.s,
+                     prov};
+    FmShardWriter *wr;
+    rc = is_h5 ? fm__h5_shard_create(&wr, path, &m, p->world, stderr)
+               : fm__bin_shard_create(&wr, path, &m, p->world, stderr);
+    if (!rc) rc = write_shard(p, s, nW, off, wi, a, b, nruns, rs, rcnt, rw, wr, sums[j]);
+    free(path);
   }
+  free(rw);
   free(rs);
   free(rcnt);
   /* the manifest, by rank 0 */

@@ -108,6 +108,18 @@ static int json_str(const FmJson *o, const char *key, char *buf, size_t cap) {
 
 const char *const fm__shard_dsets[FM_SHARD_NDSETS] = {"tokens", "loss_mask", "segment_ids", "position_ids"};
 
+int fm__shard_put_part(FmShardWriter *w, const FmShardPart *part, int64_t R) {
+  int64_t at = 0;
+  for (int64_t k = 0; k < part->nruns; k++) {
+    int64_t n = part->run_count[k], e = at * R;
+    int rc = w->put(w, part->run_start[k], n, part->tokens + e, part->loss_mask + e, part->segment_ids + e,
+                    part->position_ids ? part->position_ids + e : NULL);
+    if (rc) return rc;
+    at += n;
+  }
+  return 0;
+}
+
 void fm__shard_digests(FmShardReader *r, int64_t n_seq, int64_t R, bool has_pos, char hex[FM_SHARD_NDSETS][65]) {
   enum { CHUNK = 1024 };
   int64_t *rows = fm_xmalloc(CHUNK * sizeof *rows);

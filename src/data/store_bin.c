@@ -47,52 +47,117 @@ static int agree(FmComm *comm, int rc) {
   return worst;
 }
 
-int fm__bin_write_shard(const char *stem, const FmShardMeta *m, const FmShardPart *part, FmComm *comm, FILE *err) {
+typedef struct BinWriter {
+  FmShardWriter ops;
+  FmComm *comm;
+  int narr, fd[4];
+  int64_t R;
+  char *path[4], *partial[4];
+} BinWriter;
+
+static int bin_put(FmShardWriter *base, int64_t row, int64_t n, const uint32_t *tok, const uint8_t *mask,
+                   const int32_t *seg, const int32_t *pos) {
+  BinWriter *w = (BinWriter *)base;
+  const void *bufs[4] = {tok, mask, seg, pos};
+  for (int a = 0; a < w->narr; a++) {
+    size_t e = arrays[a].elem;
+    if (pwrite_all(w->fd[a], bufs[a], (size_t)(n * w->R) * e, (off_t)(row * w->R * (int64_t)e))) {
+      fm_err("%s: write failed: %s", w->partial[a], strerror(errno));
+      return FM_EIO;
+    }
+  }
+  return 0;
+}
+
+static void bin_free(BinWriter *w) {
+  for (int a = 0; a < 4; a++) {
+    if (w->fd[a] >= 0) close(w->fd[a]);
+    free(w->path[a]);
+    free(w->partial[a]);
+  }
+  free(w);
+}
+
+static int bin_close_shard(FmShardWriter *base, int rc) {
+  BinWriter *w = (BinWriter *)base;
+  FmComm *comm = w->comm;
+  for (int a = 0; a < w->narr; a++) {
+    if (fsync(w->fd[a]) != 0 && !rc) {
+      fm_err("%s: write failed: %s", w->partial[a], strerror(errno));
+      rc = FM_EIO;
+    }
+    close(w->fd[a]);
+    w->fd[a] = -1;
+  }
+  fm__idle_barrier(comm); /* ranks write different numbers of rows */
+  int worst = agree(comm, rc);
+  rc = 0;
+  for (int a = 0; a < w->narr && comm->rank == 0; a++) {
+    if (worst) {
+      unlink(w->partial[a]); /* a shard some rank could not fill */
+    } else if (!rc && rename(w->partial[a], w->path[a]) != 0) {
+      fm_err("%s: cannot rename to %s: %s", w->partial[a], w->path[a], strerror(errno));
+      rc = FM_EIO;
+    }
+  }
+  if (!worst) worst = agree(comm, rc);
+  bin_free(w);
+  return worst;
+}
+
+int fm__bin_shard_create(FmShardWriter **out, const char *stem, const FmShardMeta *m, FmComm *comm, FILE *err) {
+  *out = NULL;
   if (!little_endian()) {
     if (err && comm->rank == 0) fprintf(err, "%s: .bin shards are little-endian; this host is not\nhint: use format='h5'\n", stem);
     return FM_EUNSUPPORTED;
   }
-  int64_t R = m->seq_len + 1;
-  int narr = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
-  const void *bufs[4] = {part->tokens, part->loss_mask, part->segment_ids, part->position_ids};
+  BinWriter *w = fm_xcalloc(1, sizeof *w);
+  w->ops.put = bin_put;
+  w->ops.close = bin_close_shard;
+  w->comm = comm;
+  w->R = m->seq_len + 1;
+  w->narr = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
   size_t plen = strlen(stem) + 64;
-  char *path = fm_xmalloc(plen), *partial = fm_xmalloc(plen);
   int rc = 0;
-  for (int a = 0; a < narr; a++) {
-    snprintf(path, plen, "%s.%s.bin", stem, arrays[a].suffix);
-    snprintf(partial, plen, "%s.partial", path);
+  for (int a = 0; a < 4; a++) w->fd[a] = -1;
+  for (int a = 0; a < w->narr && !rc; a++) {
+    w->path[a] = fm_xmalloc(plen);
+    w->partial[a] = fm_xmalloc(plen);
+    snprintf(w->path[a], plen, "%s.%s.bin", stem, arrays[a].suffix);
+    snprintf(w->partial[a], plen, "%s.partial", w->path[a]);
     if (comm->rank == 0) {
-      int fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0 || ftruncate(fd, (off_t)(m->n_seq * R * (int64_t)arrays[a].elem)) != 0) {
-        fm_err("%s: cannot create: %s\nhint: check that &prep output is a writable directory", partial,
+      int fd = open(w->partial[a], O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0 || ftruncate(fd, (off_t)(m->n_seq * w->R * (int64_t)arrays[a].elem)) != 0) {
+        fm_err("%s: cannot create: %s\nhint: check that &prep output is a writable directory", w->partial[a],
                strerror(errno));
         rc = FM_EIO;
       }
       if (fd >= 0) close(fd);
     }
-    if ((rc = agree(comm, rc))) break;
-    int fd = open(partial, O_WRONLY);
-    if (fd < 0) rc = FM_EIO;
-    const char *src = bufs[a];
-    for (int64_t k = 0; fd >= 0 && k < part->nruns && !rc; k++) {
-      size_t n = (size_t)(part->run_count[k] * R) * arrays[a].elem;
-      if (pwrite_all(fd, src, n, (off_t)(part->run_start[k] * R * (int64_t)arrays[a].elem))) rc = FM_EIO;
-      src += n;
-    }
-    if (fd >= 0 && fsync(fd) != 0) rc = FM_EIO;
-    if (fd >= 0) close(fd);
-    if (rc) fm_err("%s: write failed: %s", partial, strerror(errno));
-    fm__idle_barrier(comm); /* ranks write different numbers of rows */
-    if ((rc = agree(comm, rc))) break;
-    if (comm->rank == 0 && rename(partial, path) != 0) {
-      fm_err("%s: cannot rename to %s: %s", partial, path, strerror(errno));
-      rc = FM_EIO;
-    }
-    if ((rc = agree(comm, rc))) break;
+    rc = agree(comm, rc);
   }
-  free(path);
-  free(partial);
-  return rc;
+  if (!rc) { /* rc is every rank's here */
+    for (int a = 0; a < w->narr && !rc; a++) {
+      w->fd[a] = open(w->partial[a], O_WRONLY);
+      if (w->fd[a] < 0) {
+        fm_err("%s: write failed: %s", w->partial[a], strerror(errno));
+        rc = FM_EIO;
+      }
+    }
+    rc = agree(comm, rc);
+  }
+  if (rc) {
+    bin_free(w);
+    return rc;
+  }
+  *out = &w->ops;
+  return 0;
+}
+
+int fm__bin_write_shard(const char *stem, const FmShardMeta *m, const FmShardPart *part, FmComm *comm, FILE *err) {
+  FmShardWriter *w;
+  int rc = fm__bin_shard_create(&w, stem, m, comm, err);
+  return rc ? rc : w->close(w, fm__shard_put_part(w, part, m->seq_len + 1));
 }
 
 /* ---- reader: mmap ---------------------------------------------------------- */

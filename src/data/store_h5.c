@@ -67,9 +67,85 @@ static void string_dset(hid_t f, const char *name, const char *val, int rank, hi
   H5Tclose(t);
 }
 
-int fm__h5_write_shard(const char *path, const FmShardMeta *m, const FmShardPart *part, FmComm *comm, FILE *err) {
-  int64_t R = m->seq_len + 1, nrows = 0;
-  for (int64_t k = 0; k < part->nruns; k++) nrows += part->run_count[k];
+typedef struct H5Writer {
+  FmShardWriter ops;
+  FmComm *comm;
+  char *path, *partial;
+  hid_t f, fapl, fcpl, dxpl, dxpl_ind, dcpl, fsp, d[4];
+  int nds;
+  int64_t R;
+} H5Writer;
+
+/* The datasets in put's order (HDF5's type ids are set at run time). */
+static Dset h5_dset(int i) {
+  const Dset ds[4] = {{"tokens", H5T_STD_U32LE, H5T_NATIVE_UINT32},
+                      {"loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8},
+                      {"segment_ids", H5T_STD_I32LE, H5T_NATIVE_INT32},
+                      {"position_ids", H5T_STD_I32LE, H5T_NATIVE_INT32}};
+  return ds[i];
+}
+
+/* Independent writes (each rank its own hyperslabs; a collective transfer would gather them on aggregators first,
+ * and hold a rank with fewer rows spinning until the others are done), in blocks of rows of at most FM_WRITE_CHUNK
+ * bytes (of a 4-byte dataset): one H5Dwrite of a whole run is one pwrite, which copies into the page cache about 10x
+ * slower in the VM of bench/prep. The same bytes in the file whatever the blocks. */
+static int h5w_put(FmShardWriter *base, int64_t row, int64_t n, const uint32_t *tok, const uint8_t *mask,
+                   const int32_t *seg, const int32_t *pos) {
+  H5Writer *w = (H5Writer *)base;
+  const void *bufs[4] = {tok, mask, seg, pos};
+  const size_t esz[4] = {4, 1, 4, 4};
+  int64_t R = w->R, blk = (int64_t)(FM_WRITE_CHUNK / ((size_t)R * 4));
+  if (blk < 1) blk = 1;
+  for (int i = 0; i < w->nds; i++) {
+    const char *src = bufs[i];
+    for (int64_t o = 0; o < n; o += blk) {
+      int64_t k = n - o < blk ? n - o : blk;
+      hsize_t start[2] = {(hsize_t)(row + o), 0}, count[2] = {(hsize_t)k, (hsize_t)R};
+      FM_CHECK_H5(H5Sselect_hyperslab(w->fsp, H5S_SELECT_SET, start, NULL, count, NULL));
+      hid_t bsp = H5Screate_simple(2, count, NULL);
+      FM_CHECK_H5(bsp);
+      FM_CHECK_H5(H5Dwrite(w->d[i], h5_dset(i).mtype, bsp, w->fsp, w->dxpl_ind, src));
+      H5Sclose(bsp);
+      src += (size_t)(k * R) * esz[i];
+    }
+  }
+  return 0;
+}
+
+static int h5w_close(FmShardWriter *base, int rc) {
+  H5Writer *w = (H5Writer *)base;
+  FmComm *comm = w->comm;
+  fm__idle_barrier(comm); /* ranks write different numbers of rows */
+  for (int i = 0; i < w->nds; i++) H5Dclose(w->d[i]);
+  H5Pclose(w->dxpl_ind);
+  H5Pclose(w->dcpl);
+  H5Sclose(w->fsp);
+  H5Pclose(w->dxpl);
+  FM_CHECK_H5(H5Fclose(w->f));
+  H5Pclose(w->fapl);
+  H5Pclose(w->fcpl);
+  fm_comm_barrier(comm);
+  int32_t r32 = rc, worst = 0;
+  fm_comm_allreduce(comm, &r32, &worst, 1, FM_DT_I32, FM_OP_MIN);
+  rc = 0;
+  if (comm->rank == 0 && worst) unlink(w->partial); /* a shard some rank could not fill */
+  if (comm->rank == 0 && !worst && rename(w->partial, w->path) != 0) {
+    fm_err("%s: cannot rename to %s: %s", w->partial, w->path, strerror(errno));
+    rc = FM_EIO;
+  }
+  if (!worst) { /* worst is every rank's: all or none take this branch */
+    r32 = rc;
+    fm_comm_allreduce(comm, &r32, &worst, 1, FM_DT_I32, FM_OP_MIN);
+  }
+  free(w->path);
+  free(w->partial);
+  free(w);
+  return worst;
+}
+
+int fm__h5_shard_create(FmShardWriter **out, const char *path, const FmShardMeta *m, FmComm *comm, FILE *err) {
+  *out = NULL;
+  int64_t R = m->seq_len + 1;
   char *partial = fm_xmalloc(strlen(path) + 16);
   sprintf(partial, "%s.partial", path);
 
@@ -127,70 +203,42 @@ int fm__h5_write_shard(const char *path, const FmShardMeta *m, const FmShardPart
   if (strlen(m->sources) >= ATTR_MAX) string_dset(f, "sources", m->sources, comm->rank, dxpl);
   string_dset(f, "provenance", m->provenance, comm->rank, dxpl);
 
-  /* the arrays: each rank writes its runs of rows */
+  /* the arrays, allocated now: each rank writes its rows with put */
+  H5Writer *w = fm_xcalloc(1, sizeof *w);
+  w->ops.put = h5w_put;
+  w->ops.close = h5w_close;
+  w->comm = comm;
+  w->path = fm_xstrdup(path);
+  w->partial = partial;
+  w->f = f;
+  w->fapl = fapl;
+  w->fcpl = fcpl;
+  w->dxpl = dxpl;
+  w->R = R;
   hsize_t dims[2] = {(hsize_t)m->n_seq, (hsize_t)R};
-  hid_t fsp = H5Screate_simple(2, dims, NULL);
-  FM_CHECK_H5(fsp);
-  const Dset ds[4] = {{"tokens", H5T_STD_U32LE, H5T_NATIVE_UINT32},
-                      {"loss_mask", H5T_STD_U8LE, H5T_NATIVE_UINT8},
-                      {"segment_ids", H5T_STD_I32LE, H5T_NATIVE_INT32},
-                      {"position_ids", H5T_STD_I32LE, H5T_NATIVE_INT32}};
-  const void *bufs[4] = {part->tokens, part->loss_mask, part->segment_ids, part->position_ids};
-  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
-  FM_CHECK_H5(dcpl);
-  FM_CHECK_H5(H5Pset_obj_track_times(dcpl, 0));
-  FM_CHECK_H5(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
-  FM_CHECK_H5(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
-  int nds = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
-  /* the rows: independent writes (each rank's own hyperslabs; a collective
-   * transfer would gather them on aggregators first, and hold a rank with
-   * fewer rows spinning until the others are done) */
-  hid_t dxpl_ind = H5Pcreate(H5P_DATASET_XFER), d[4];
-  FM_CHECK_H5(dxpl_ind);
-  FM_CHECK_H5(H5Pset_dxpl_mpio(dxpl_ind, H5FD_MPIO_INDEPENDENT));
-  for (int i = 0; i < nds; i++) {
-    d[i] = H5Dcreate2(f, ds[i].name, ds[i].ftype, fsp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-    FM_CHECK_H5(d[i]);
+  w->fsp = H5Screate_simple(2, dims, NULL);
+  FM_CHECK_H5(w->fsp);
+  w->dcpl = H5Pcreate(H5P_DATASET_CREATE);
+  FM_CHECK_H5(w->dcpl);
+  FM_CHECK_H5(H5Pset_obj_track_times(w->dcpl, 0));
+  FM_CHECK_H5(H5Pset_alloc_time(w->dcpl, H5D_ALLOC_TIME_EARLY));
+  FM_CHECK_H5(H5Pset_fill_time(w->dcpl, H5D_FILL_TIME_NEVER));
+  w->nds = m->position_ids && strcmp(m->position_ids, "none") != 0 ? 4 : 3;
+  w->dxpl_ind = H5Pcreate(H5P_DATASET_XFER);
+  FM_CHECK_H5(w->dxpl_ind);
+  FM_CHECK_H5(H5Pset_dxpl_mpio(w->dxpl_ind, H5FD_MPIO_INDEPENDENT));
+  for (int i = 0; i < w->nds; i++) {
+    w->d[i] = H5Dcreate2(f, h5_dset(i).name, h5_dset(i).ftype, w->fsp, H5P_DEFAULT, w->dcpl, H5P_DEFAULT);
+    FM_CHECK_H5(w->d[i]);
   }
-  /* in blocks of rows of at most FM_WRITE_CHUNK bytes (of a 4-byte dataset): one H5Dwrite of a whole run is one
-   * pwrite, which copies into the page cache about 10x slower in the VM of bench/prep. Same bytes in the file. */
-  const size_t esz[4] = {4, 1, 4, 4};
-  int64_t blk = (int64_t)(FM_WRITE_CHUNK / ((size_t)R * 4));
-  if (blk < 1) blk = 1;
-  for (int i = 0; i < nds && nrows; i++) {
-    const char *src = bufs[i];
-    for (int64_t k = 0; k < part->nruns; k++)
-      for (int64_t o = 0; o < part->run_count[k]; o += blk) {
-        int64_t n = part->run_count[k] - o < blk ? part->run_count[k] - o : blk;
-        hsize_t start[2] = {(hsize_t)(part->run_start[k] + o), 0}, count[2] = {(hsize_t)n, (hsize_t)R};
-        FM_CHECK_H5(H5Sselect_hyperslab(fsp, H5S_SELECT_SET, start, NULL, count, NULL));
-        hid_t bsp = H5Screate_simple(2, count, NULL);
-        FM_CHECK_H5(bsp);
-        FM_CHECK_H5(H5Dwrite(d[i], ds[i].mtype, bsp, fsp, dxpl_ind, src));
-        H5Sclose(bsp);
-        src += (size_t)(n * R) * esz[i];
-      }
-  }
-  fm__idle_barrier(comm);
-  for (int i = 0; i < nds; i++) H5Dclose(d[i]);
-  H5Pclose(dxpl_ind);
-  H5Pclose(dcpl);
-  H5Sclose(fsp);
-  H5Pclose(dxpl);
-  FM_CHECK_H5(H5Fclose(f));
-  H5Pclose(fapl);
-  H5Pclose(fcpl);
+  *out = &w->ops;
+  return 0;
+}
 
-  int rc = 0;
-  fm_comm_barrier(comm);
-  if (comm->rank == 0 && rename(partial, path) != 0) {
-    fm_err("%s: cannot rename to %s: %s", partial, path, strerror(errno));
-    rc = FM_EIO;
-  }
-  int32_t r32 = rc, worst = 0;
-  fm_comm_allreduce(comm, &r32, &worst, 1, FM_DT_I32, FM_OP_MIN);
-  free(partial);
-  return worst;
+int fm__h5_write_shard(const char *path, const FmShardMeta *m, const FmShardPart *part, FmComm *comm, FILE *err) {
+  FmShardWriter *w;
+  int rc = fm__h5_shard_create(&w, path, m, comm, err);
+  return rc ? rc : w->close(w, fm__shard_put_part(w, part, m->seq_len + 1));
 }
 
 /* ---- reader ---------------------------------------------------------------- */

@@ -48,6 +48,16 @@
 #define FM_ATT_OMP_MIN ((int64_t)1 << 18)
 #define FM_ATT_DALL    4096 /* the fused backward keeps D of a head's rows for T up to this (16 KiB of stack) */
 
+/* The softmax loops vectorise (fm__cpu_expf is branch-free); the AVX2 clones
+ * of the tile functions do the same IEEE operations per lane (no FMA:
+ * -ffp-contract=off, and AVX2 alone does not enable it): the same bits as
+ * the baseline path (as elementwise.c's clones). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define FM_ATT_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FM_ATT_CLONES
+#endif
+
 typedef struct AttnArgs {
   const float *q, *k, *v; /* head h of row n at q + n*ldq + h*HS; kv head g at k + n*ldkv + g*HS */
   int64_t ldq, ldkv;
@@ -96,15 +106,20 @@ static int64_t tile_mask(unsigned char *allow, const AttnArgs *a, int64_t b, int
  * on the order it is taken in (only the sign of a zero maximum could, and
  * every use, a difference inside exp and m + log(l) with l >= 1, gives the
  * same bits for +0 and -0), so this equals the column-order scan. */
-static float row_max(const float *srow, const unsigned char *ar, int64_t nc) {
-  float lane[8];
-  for (int j = 0; j < 8; j++) lane[j] = -INFINITY;
+static inline float row_max(const float *srow, const unsigned char *ar, int64_t nc) {
+  typedef float v8f __attribute__((vector_size(32)));
+  typedef int32_t v8i __attribute__((vector_size(32)));
+  typedef unsigned char v8u __attribute__((vector_size(8)));
+  v8f lane = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
   int64_t c = 0;
-  for (; c + 8 <= nc; c += 8)
-    for (int j = 0; j < 8; j++) {
-      const float v = srow[c + j];
-      lane[j] = (ar[c + j] && v > lane[j]) ? v : lane[j];
-    }
+  for (; c + 8 <= nc; c += 8) {
+    v8f v;
+    v8u a8;
+    memcpy(&v, srow + c, sizeof v);
+    memcpy(&a8, ar + c, sizeof a8);
+    const v8i take = (__builtin_convertvector(a8, v8i) != 0) & (v > lane); /* visible and larger (never a NaN) */
+    lane = (v8f)(((v8i)v & take) | ((v8i)lane & ~take));
+  }
   float mx = -INFINITY;
   for (int j = 0; j < 8; j++) mx = lane[j] > mx ? lane[j] : mx;
   for (; c < nc; c++) mx = (ar[c] && srow[c] > mx) ? srow[c] : mx;
@@ -112,7 +127,7 @@ static float row_max(const float *srow, const unsigned char *ar, int64_t nc) {
 }
 
 /* ---- forward ------------------------------------------------------------------ */
-static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
+FM_ATT_CLONES static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
   const int64_t HS = a->HS, T = a->T, g = h / (a->NH / a->NKV);
   const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
   const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
@@ -217,8 +232,9 @@ static void block_D(float *D, const AttnGrads *gr, const AttnArgs *a, int64_t b,
 
 /* One tile's P (in S) and dS (in dP), recomputed from lse:
  * P = exp(scale Q K^T - lse) where visible, else 0; dS = P (dout V^T - D). */
-static void tile_P_dS(float *S, float *dP, const unsigned char *allow, const AttnGrads *gr, const AttnArgs *a,
-                      int64_t b, int64_t h, int64_t g, int64_t t0, int64_t nr, int64_t s0, int64_t nc, const float *D) {
+FM_ATT_CLONES static void tile_P_dS(float *S, float *dP, const unsigned char *allow, const AttnGrads *gr,
+                                    const AttnArgs *a, int64_t b, int64_t h, int64_t g, int64_t t0, int64_t nr,
+                                    int64_t s0, int64_t nc, const float *D) {
   const int64_t HS = a->HS, T = a->T, ldo = a->NH * HS;
   const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
   const float *K = a->k + (b * T + s0) * a->ldkv + g * HS;

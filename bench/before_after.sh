@@ -18,7 +18,8 @@
 # the tokenizer alone. Then the roofline bounds, from figures measured in the
 # same run (bench/roof: one thread's sgemm per CPU-second, memcpy and
 # page-cache write rates; the step's per-op profile): the exact reduction's byte floors, the idle CPU the backward pass
-# leaves for the exchange, the share of prep the shard's writes leave.
+# leaves for the exchange, the share of prep that the store's writes and checksums leave (timed alone with prep's
+# own write pattern, bench/prep/bench_shard_io.c).
 # Prints one markdown table (row, before, after, peer, ratio before, ratio
 # after, goal, met?) and writes it as JSON. On a loaded machine (load average
 # above the core count) the wall clock counts time a process did not run: the
@@ -158,6 +159,13 @@ for tag in after before; do
   echo "store_bytes=$(du -sb "$LOGS/store" 2>/dev/null | cut -f1)" >> "$LOGS/prep_$tag"
 done
 rm -rf "$LOGS/store"
+# the bound's write rate with prep's own write pattern: the after store's bytes into a kept file in FM_WRITE_CHUNK
+# pieces (bench/prep/bench_shard_io.c; bench_roof's 1 GiB files, three kept, cost several times more per byte)
+say "prep's writes alone"
+cc -O2 -std=c11 -I"$ROOT/include" "$ROOT/bench/prep/bench_shard_io.c" "$AFTER_B/libfmhpc_lib.a" -o "$LOGS/bench_shard_io"
+sb=$(sed -n 's/^store_bytes=//p' "$LOGS/prep_after")
+"$LOGS/bench_shard_io" "$LOGS" "${sb:-0}" "$(stat -c %s "$LOGS/corpus.jsonl")" 3 > "$LOGS/prep_io" 2>&1 ||
+  echo "FAILED" >> "$LOGS/prep_io"
 say "roofs"
 # shellcheck disable=SC2086
 OPENBLAS_NUM_THREADS=1 "$LOGS/bench_roof" "$NP" $ROOF_MIB "$LOGS" > "$LOGS/roof" 2>&1 || echo "FAILED" >> "$LOGS/roof"

@@ -109,14 +109,16 @@ int fm__prep_expand_inputs(Prep *p) {
 
 /* ---- records to documents --------------------------------------------- */
 /* Code points of valid UTF-8: the bytes that are not continuation bytes
- * (10xxxxxx), counted 8 at a time (a byte's bit 7 set and bit 6 clear). */
+ * (10xxxxxx), counted 8 at a time (a byte's bit 7 set and bit 6 clear; the
+ * flags, one a byte, summed into the top byte by a multiply: the build has
+ * no popcnt instruction, and __builtin_popcountll is a library call). */
 static int64_t count_chars(const char *s, size_t n) {
   int64_t c = (int64_t)n;
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t x;
     memcpy(&x, s + i, 8);
-    c -= __builtin_popcountll(x & ~(x << 1) & 0x8080808080808080ull);
+    c -= (int64_t)((((x & ~(x << 1) & 0x8080808080808080ull) >> 7) * 0x0101010101010101ull) >> 56);
   }
   for (; i < n; i++) c -= ((unsigned char)s[i] & 0xC0) == 0x80;
   return c;

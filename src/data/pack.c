@@ -41,10 +41,13 @@ static int64_t new_row(FmPacked *o, FmPosIds pos, uint32_t pad_id) {
     o->segment_ids = fm_xrealloc(o->segment_ids, n * sizeof *o->segment_ids);
   }
   int64_t r = o->rows++, base = r * o->R;
-  for (int64_t t = 0; t < o->R; t++) {
-    o->tokens[base + t] = pad_id;
-    o->position_ids[base + t] = pos == FM_POS_CONTINUOUS ? (int32_t)t : 0;
-  }
+  uint32_t *tk = o->tokens + base;
+  int32_t *ps = o->position_ids + base;
+  for (int64_t t = 0; t < o->R; t++) tk[t] = pad_id;
+  if (pos == FM_POS_CONTINUOUS)
+    for (int64_t t = 0; t < o->R; t++) ps[t] = (int32_t)t;
+  else
+    memset(ps, 0, (size_t)o->R * sizeof *ps);
   memset(o->loss_mask + base, 0, (size_t)o->R);
   memset(o->segment_ids + base, 0, (size_t)o->R * sizeof *o->segment_ids);
   return r;
@@ -54,12 +57,15 @@ static int64_t new_row(FmPacked *o, FmPosIds pos, uint32_t pad_id) {
 static void put_piece(FmPacked *o, int64_t r, int64_t col, int32_t seg, const FmDoc *d, int64_t off, int64_t len,
                       FmPosIds pos) {
   int64_t base = r * o->R + col;
-  for (int64_t t = 0; t < len; t++) {
-    o->tokens[base + t] = (uint32_t)d->tok[off + t];
-    o->loss_mask[base + t] = d->mask ? d->mask[off + t] : 1;
-    o->segment_ids[base + t] = seg;
-    o->position_ids[base + t] = pos == FM_POS_CONTINUOUS ? (int32_t)(col + t) : (int32_t)t;
-  }
+  /* one loop an array (each vectorises): ids as they are (int32 -> uint32 keeps the bits) */
+  memcpy(o->tokens + base, d->tok + off, (size_t)len * sizeof *o->tokens);
+  if (d->mask)
+    memcpy(o->loss_mask + base, d->mask + off, (size_t)len);
+  else
+    memset(o->loss_mask + base, 1, (size_t)len);
+  int32_t *sg = o->segment_ids + base, *ps = o->position_ids + base, p0 = pos == FM_POS_CONTINUOUS ? (int32_t)col : 0;
+  for (int64_t t = 0; t < len; t++) sg[t] = seg;
+  for (int64_t t = 0; t < len; t++) ps[t] = p0 + (int32_t)t;
   o->tokens_real += len;
 }
 

@@ -76,6 +76,9 @@ double fm_clip_scale(double norm, double max_norm);
 /* ---- exact data-parallel reduction (reduce.c) ---------------------------- */
 typedef struct FmReduce {
   bool exact;
+  bool fresh;             /* no micro-batch added since fm_reduce_begin: the next one stores (no zeroing pass) */
+  bool acc_read;          /* shm: some rank read acc since the last fm_comm_shm_sync (a write waits for one) */
+  bool gather_read;       /* shm: the same for gather */
   int P, r;               /* data-parallel size and rank */
   int64_t n;              /* parameters */
   int64_t M;              /* micro-batches per step (all ranks) */
@@ -89,6 +92,10 @@ typedef struct FmReduce {
   int64_t *acc_shard;     /* (S) reduce-scatter result (exact) */
   FmRing *ring;           /* the int64 reduce-scatter's pipeline (exact) */
   FmOwnerSum *osum;       /* the per-bucket exchange (exact, mpi, P > 1), made by the first fm_reduce_bucket */
+  FmShm *shm;             /* exact with every dp rank on one node (else NULL: ring, osum): acc and gather live in
+                             this shared window; each owner sums its shard from every rank's acc, reads the
+                             others' gather */
+  float *gather;          /* (S) with shm: this rank's part of the parameter all-gather */
   int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
   float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode, all-gather) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */

@@ -135,6 +135,26 @@ int fm_comm_osum_progress(FmOwnerSum *x);
 int fm_comm_osum_wait(FmOwnerSum *x);
 void fm_comm_osum_free(FmOwnerSum *x);
 
+/* A shared-memory window over the ranks of c when they all share one node
+ * (MPI-3: MPI_Comm_split_type(MPI_COMM_TYPE_SHARED), MPI_Win_allocate_shared):
+ * every rank owns `bytes` of it and reads every other rank's part with plain
+ * loads, with no copy through the MPI transport (the exact reduction's owner
+ * sums and parameter all-gather, reduce.c). *out stays NULL, and the caller
+ * keeps its point-to-point path, when c is not "mpi", has one rank, spans
+ * nodes (a node holds fewer than all of c's ranks), FMHPC_REDUCE_SHM=0 on some
+ * rank, or the test knob fm__comm_mpi_set_shm turned it off. Collective over
+ * c; FM_EMPI after a report when MPI fails (the window's allocation: the
+ * node's shared-memory file system, /dev/shm, may be full or small). */
+typedef struct FmShm FmShm;
+int fm_comm_shm_create(FmComm *c, int64_t bytes, FmShm **out);
+/* Rank `rank`'s part (of c's ranks), mapped in this process (8-byte aligned). */
+void *fm_comm_shm_part(const FmShm *x, int rank);
+/* Stores made by any rank before it are seen by every rank's loads after it
+ * (MPI_Win_sync, MPI_Barrier on the node, MPI_Win_sync: MPI-3's shared-memory
+ * model; the barrier waits in MPI, no spin of ours). Collective. */
+int fm_comm_shm_sync(FmShm *x);
+void fm_comm_shm_free(FmShm *x);
+
 /* Deterministic sum of n floats (host buffers) over the communicator's
  * ranks, in place (ordered.c): every rank gets ((x_0 + x_1) + x_2) + ...
  * added in rank order by this code after an all-gather, never by the
@@ -230,6 +250,11 @@ int64_t fm__comm_mpi_set_ring_chunk(int64_t chunk);
 /* Elements per chunk of fm_comm_osum pieces created afterwards (default
  * 256Ki; < 1: the default); returns the old value. Tests set it small. */
 int64_t fm__comm_mpi_set_osum_chunk(int64_t chunk);
+/* fm_comm_shm_create for windows created afterwards: on (1, the default) or
+ * off (0: the point-to-point paths, as across nodes); ranks_per_node > 0
+ * pretends nodes of that many consecutive ranks of the communicator (0: the
+ * real split). Returns the old on/off. Tests force the multi-node fallback. */
+int fm__comm_mpi_set_shm(int on, int ranks_per_node);
 /* MPI collective calls issued by comm_mpi.c since start (to see the split). */
 int64_t fm__comm_mpi_calls(void);
 /* Pretend nodes hold `ranks_per_node` consecutive world ranks (0: the real

@@ -11,6 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* With shm: rank r's part of the window holds its accumulator (P*S int64),
+ * then its shard for the parameter all-gather (S floats). */
+static float *shm_gather_of(const FmReduce *g, int r) {
+  void *part = (char *)fm_comm_shm_part(g->shm, r) + (size_t)(g->P * g->S) * sizeof(int64_t);
+  return part;
+}
+
 int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) {
   memset(g, 0, sizeof *g);
   g->exact = exact;
@@ -38,15 +45,26 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   int lg = 0;
   while (((int64_t)1 << lg) < M) lg++;
   g->limit = (int64_t)1 << (62 - lg < 51 ? 62 - lg : 51);
-  if (exact) {
+  if (exact) { /* ranks of one node: the accumulator and the all-gather's part in a shared window */
+    const int64_t acc_bytes = g->P * g->S * (int64_t)sizeof *g->acc;
+    FM_CHECK(fm_comm_shm_create(dp, acc_bytes + g->S * (int64_t)sizeof *g->gather, &g->shm));
+  }
+  if (g->shm) {
+    g->acc = fm_comm_shm_part(g->shm, g->r);
+    g->gather = shm_gather_of(g, g->r);
+    /* zero (the padding past each range stays so) and touched once here, not in the first step */
+    memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc + (size_t)g->S * sizeof *g->gather);
+  } else if (exact) {
     g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
     g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
     g->ring = fm_comm_ring_create(dp, g->S);
   }
   /* fast mode stages the whole gradient here; both modes stage the shard
-   * for the parameter all-gather */
-  g->sendf = fm_xcalloc((size_t)(exact ? g->S : g->P * g->S), sizeof *g->sendf);
-  g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
+   * for the parameter all-gather (not through a shared window) */
+  if (!g->shm) {
+    g->sendf = fm_xcalloc((size_t)(exact ? g->S : g->P * g->S), sizeof *g->sendf);
+    g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
+  }
   /* The grad norm's buffers: each rank's blocks, at most ceil(nblocks/P)+1.
    * Sized here so that no step allocates (STYLE rule 8). */
   for (int r = 0; r < g->P; r++) {
@@ -136,7 +154,8 @@ void fm_reduce_free(FmReduce *g) {
   free(g->exp2);
   free(g->amax);
   free(g->amax_prev);
-  free(g->acc);
+  if (!g->shm) free(g->acc); /* else the window's */
+  fm_comm_shm_free(g->shm);
   free(g->acc_shard);
   fm_comm_ring_free(g->ring);
   fm_comm_osum_free(g->osum);
@@ -152,6 +171,13 @@ void fm_reduce_scales_to_host(FmReduce *g) {
   if (!g->amax_on_dev) return;
   g->dev->copy_to_host(g->amax_prev, g->d_amax_prev, g->nblocks * (int64_t)sizeof *g->amax_prev);
   g->amax_on_dev = false;
+}
+
+/* Every rank's writes to the window before it are seen by every rank after
+ * it; reads before it are done everywhere (so a part may be written again). */
+static int shm_sync(FmReduce *g) {
+  g->acc_read = g->gather_read = false;
+  return fm_comm_shm_sync(g->shm);
 }
 
 void fm_reduce_begin(FmReduce *g) {
@@ -176,9 +202,13 @@ void fm_reduce_begin(FmReduce *g) {
     be->memset(g->d_acc, 0, g->P * g->S * (int64_t)sizeof *g->d_acc);
     be->memset(g->d_amax, 0, g->nblocks * (int64_t)sizeof *g->d_amax);
     be->memset(g->d_flags, 0, 2 * (int64_t)sizeof *g->d_flags);
-  } else if (g->exact) {
-    memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
   }
+  /* The host path's first micro-batch stores its integers (add_block), so the
+   * accumulator is not zeroed here: one pass less over P*S int64. Before a
+   * rank writes its part of a window that another rank read, every rank has
+   * passed a sync after that read. */
+  g->fresh = g->exact && !fm_reduce_on_device(g);
+  if (g->shm && g->acc_read) FM_CHECK(shm_sync(g));
   g->overflow = 0;
   g->nonfinite = 0;
   g->rb_read = false;
@@ -194,7 +224,7 @@ void fm_reduce_begin(FmReduce *g) {
  * in y's low mantissa bits (exact: v*2^s is a power-of-two scaling, and
  * |v*2^s| < 2^51 by the limit), read back by subtracting M's bit pattern. */
 static float add_block(int64_t *restrict dst, const float *restrict src, int64_t count, int32_t s, int64_t limit,
-                       int32_t *overflow, int64_t *first_bad) {
+                       bool store, int32_t *overflow, int64_t *first_bad) {
   const double scale = ldexp(1.0, s);
   float amax = 0.0f;
   int bad = 0;
@@ -216,6 +246,16 @@ static float add_block(int64_t *restrict dst, const float *restrict src, int64_t
   const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
   int64_t magic_bits;
   memcpy(&magic_bits, &magic, sizeof magic_bits);
+  if (store) { /* the step's first micro-batch: no zeroing pass before it (a block it skips for a flag above
+                  holds stale integers, but a flagged step's sums are never used) */
+    for (int64_t i = 0; i < count; i++) {
+      const double y = (double)src[i] * scale + magic;
+      int64_t bits;
+      memcpy(&bits, &y, sizeof bits);
+      dst[i] = bits - magic_bits;
+    }
+    return amax;
+  }
   for (int64_t i = 0; i < count; i++) {
     const double y = (double)src[i] * scale + magic;
     int64_t bits;
@@ -241,8 +281,8 @@ static void quantise_range(FmReduce *g, const float *grad, int r, int64_t lo, in
     const int64_t i1 = (b + 1) * FM_DIST_BLOCK < hi ? (b + 1) * FM_DIST_BLOCK : hi;
     int32_t of = 0;
     int64_t bad = -1;
-    float a =
-        add_block(g->acc + (int64_t)r * g->S + (i0 - g->lo[r]), grad + i0, i1 - i0, g->exp2[b], g->limit, &of, &bad);
+    float a = add_block(g->acc + (int64_t)r * g->S + (i0 - g->lo[r]), grad + i0, i1 - i0, g->exp2[b], g->limit,
+                        g->fresh, &of, &bad);
     if (a > g->amax[b]) g->amax[b] = a;
     overflow |= of;
     if (bad >= 0 && i0 + bad < first) first = i0 + bad;
@@ -256,6 +296,7 @@ static void quantise_range(FmReduce *g, const float *grad, int r, int64_t lo, in
 
 void fm_reduce_add(FmReduce *g, const float *grad) {
   for (int r = 0; r < g->P; r++) quantise_range(g, grad, r, g->lo[r], g->hi[r]);
+  g->fresh = false;
 }
 
 /* The rank whose shard holds element i. */
@@ -273,6 +314,7 @@ void fm_reduce_bucket(FmReduce *g, const float *grad, int64_t lo, int64_t hi) {
   for (int r = owner_of(g, lo); r < g->P && g->lo[r] < hi; r++)
     quantise_range(g, grad, r, lo > g->lo[r] ? lo : g->lo[r], hi < g->hi[r] ? hi : g->hi[r]);
   g->bucketed += hi - lo;
+  if (g->shm) return;                                               /* the owners read the sums in fm_reduce_finish */
   if (!g->osum && g->P > 1) g->osum = fm_comm_osum_create(g->comm); /* its staging: only once buckets are used */
   if (!g->osum) return;                                             /* one rank: the accumulator is the shard */
   for (int r = owner_of(g, lo); r < g->P && g->lo[r] < hi; r++) {
@@ -369,6 +411,33 @@ static int finish_fast_nccl(FmReduce *g, bool *nonfinite) {
   return 0;
 }
 
+/* With shm: this rank's shard summed straight from every rank's slot in the
+ * window and turned into fp32 in the same pass (the ring's result, bitwise:
+ * wrapping int64 sums are exact in any order; the same rounding as below).
+ * Chunks of SUM_CHUNK keep the partial sums in L1 so the adds vectorise. */
+enum { SUM_CHUNK = 1024 };
+static void shm_owner_sum(FmReduce *g, float *shard_out) {
+  const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo, nb = (len + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
+  const int64_t mine = (int64_t)g->r * g->S;
+#pragma omp parallel for schedule(static) if (nb > 1)
+  for (int64_t b = 0; b < nb; b++) { /* shards start on block boundaries */
+    const double inv = ldexp(1.0, -g->exp2[lo / FM_DIST_BLOCK + b]);
+    const int64_t i1 = (b + 1) * FM_DIST_BLOCK < len ? (b + 1) * FM_DIST_BLOCK : len;
+    uint64_t sum[SUM_CHUNK];
+    for (int64_t c0 = b * FM_DIST_BLOCK; c0 < i1; c0 += SUM_CHUNK) {
+      const int64_t k = i1 - c0 < SUM_CHUNK ? i1 - c0 : SUM_CHUNK;
+      const int64_t *a = (const int64_t *)fm_comm_shm_part(g->shm, 0) + mine + c0;
+      for (int64_t i = 0; i < k; i++) sum[i] = (uint64_t)a[i];
+      for (int p = 1; p < g->P; p++) {
+        a = (const int64_t *)fm_comm_shm_part(g->shm, p) + mine + c0;
+        for (int64_t i = 0; i < k; i++) sum[i] += (uint64_t)a[i];
+      }
+      for (int64_t i = 0; i < k; i++) shard_out[c0 + i] = (float)((double)(int64_t)sum[i] * inv);
+    }
+  }
+  g->acc_read = true;
+}
+
 int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
   int32_t flags[2] = {g->overflow, g->nonfinite}, all[2];
@@ -424,17 +493,24 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     g->redone++;
     return 1;
   }
-  const int64_t *sum = g->acc_shard;
-  if (g->bucketed && g->osum) { /* summed into this rank's slot already */
-    sum = g->acc + (int64_t)g->r * g->S;
+  if (g->fresh && !on_dev) /* no micro-batch on this rank: its sums are zero */
+    memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
+  g->fresh = false;
+  if (on_dev) g->dev->copy_to_host(g->acc, g->d_acc, g->P * g->S * (int64_t)sizeof *g->acc);
+  if (g->shm) {
+    FM_CHECK(shm_sync(g)); /* every rank's accumulator complete */
+    shm_owner_sum(g, shard_out);
   } else {
-    if (on_dev) g->dev->copy_to_host(g->acc, g->d_acc, g->P * g->S * (int64_t)sizeof *g->acc);
-    FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
-  }
-  for (int64_t i0 = 0; i0 < len; i0 += FM_DIST_BLOCK) { /* shards start on block boundaries */
-    const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_DIST_BLOCK]);
-    const int64_t i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
-    for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)sum[i] * inv);
+    const int64_t *sum = g->acc_shard;
+    if (g->bucketed && g->osum) /* summed into this rank's slot already */
+      sum = g->acc + (int64_t)g->r * g->S;
+    else
+      FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
+    for (int64_t i0 = 0; i0 < len; i0 += FM_DIST_BLOCK) { /* shards start on block boundaries */
+      const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_DIST_BLOCK]);
+      const int64_t i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
+      for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)sum[i] * inv);
+    }
   }
   if (g->nccl && g->d_shard != g->d_own) /* the caller reads the device shard */
     g->dev->copy_to_device(g->d_shard, shard_out, len * (int64_t)sizeof *shard_out);
@@ -443,6 +519,16 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
 
 int fm_reduce_allgather(FmReduce *g, float *w) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
+  if (g->shm) { /* this rank's shard into its part of the window, then the others' straight from theirs */
+    int rc = g->gather_read ? shm_sync(g) : 0;
+    if (rc) return rc;
+    memcpy(g->gather, w + lo, (size_t)len * sizeof(float));
+    if ((rc = shm_sync(g))) return rc;
+    for (int r = 0; r < g->P; r++)
+      if (r != g->r) memcpy(w + g->lo[r], shm_gather_of(g, r), (size_t)(g->hi[r] - g->lo[r]) * sizeof(float));
+    g->gather_read = true;
+    return 0;
+  }
   memcpy(g->sendf, w + lo, (size_t)len * sizeof(float));
   if (len < g->S) memset(g->sendf + len, 0, (size_t)(g->S - len) * sizeof(float));
   int rc = fm_comm_allgather(g->comm, g->sendf, g->shardf, g->S, FM_DT_F32);

@@ -10,6 +10,7 @@
 #include "comm_internal.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -513,4 +514,107 @@ int fm_comm_osum_wait(FmOwnerSum *x) {
   x->nsreq = x->sdone = 0;
   x->seq = 0;
   return 0;
+}
+
+/* ---- a node's shared-memory window (runtime.h) ---------------------------- */
+
+static int shm_enabled = 1;        /* test knob: 0 takes the point-to-point paths */
+static int shm_ranks_per_node = 0; /* test knob: pretend nodes of this many consecutive ranks (0: the real split) */
+
+int fm__comm_mpi_set_shm(int on, int ranks_per_node) {
+  int old = shm_enabled;
+  shm_enabled = on != 0;
+  shm_ranks_per_node = ranks_per_node > 0 ? ranks_per_node : 0;
+  return old;
+}
+
+struct FmShm {
+  FmComm *c;
+  MPI_Comm node; /* the same ranks as c, in the same order */
+  MPI_Win win;
+  char **part; /* (size) each rank's part, mapped in this process */
+  bool locked; /* inside the window's one lock_all epoch */
+};
+
+/* Whether every rank of c is in this rank's node: the node communicator is
+ * kept in *node when so (and the knobs allow), else freed. Agreed over c (the
+ * knob and FMHPC_REDUCE_SHM may differ between ranks). */
+static int shm_node(FmComm *c, MPI_Comm *node) {
+  const char *env = getenv("FMHPC_REDUCE_SHM");
+  int mine = shm_enabled && !(env && strcmp(env, "0") == 0), all = 0, nsize = 0;
+  *node = MPI_COMM_NULL;
+  if (shm_ranks_per_node > 0)
+    COMM_MPI_CALL(MPI_Comm_split(c->mpi, c->rank / shm_ranks_per_node, c->rank, node));
+  else
+    COMM_MPI_CALL(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, node));
+  COMM_MPI_CALL(MPI_Comm_size(*node, &nsize));
+  mine = mine && nsize == c->size;
+  COMM_MPI_CALL(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, c->mpi));
+  if (!all) MPI_Comm_free(node);
+  return 0;
+}
+
+int fm_comm_shm_create(FmComm *c, int64_t bytes, FmShm **out) {
+  *out = NULL;
+  if (!c->kind || strcmp(c->kind, "mpi") != 0 || c->size < 2 || bytes <= 0) return 0;
+  MPI_Comm node;
+  int rc = shm_node(c, &node);
+  if (rc || node == MPI_COMM_NULL) return rc;
+  FmShm *x = fm_xcalloc(1, sizeof *x);
+  x->c = c;
+  x->node = node;
+  x->win = MPI_WIN_NULL;
+  x->part = fm_xcalloc((size_t)c->size, sizeof *x->part);
+  MPI_Info info = MPI_INFO_NULL;
+  void *base = NULL;
+  int e = MPI_Info_create(&info);
+  /* each rank's part on its own pages (its own NUMA domain where the OS places it so) */
+  if (e == MPI_SUCCESS) e = MPI_Info_set(info, "alloc_shared_noncontig", "true");
+  if (e == MPI_SUCCESS) {
+    ncalls++;
+    e = MPI_Win_allocate_shared((MPI_Aint)bytes, 8, info, node, &base, &x->win);
+  }
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  if (e != MPI_SUCCESS) {
+    fm_comm_shm_free(x);
+    rc = report_mpi("MPI_Win_allocate_shared (reduction window)", __FILE__, __LINE__, e);
+    fm_err("the exact reduction's shared-memory window (%lld bytes on this rank) could not be allocated\n"
+           "hint: the node's /dev/shm may be too small (df -h /dev/shm); FMHPC_REDUCE_SHM=0 sums over the ring instead",
+           (long long)bytes);
+    return rc;
+  }
+  *out = x;
+  COMM_MPI_CALL(MPI_Win_set_errhandler(x->win, MPI_ERRORS_RETURN));
+  for (int p = 0; p < c->size; p++) {
+    MPI_Aint size = 0;
+    int disp = 0;
+    COMM_MPI_CALL(MPI_Win_shared_query(x->win, p, &size, &disp, &x->part[p]));
+  }
+  /* One passive epoch for the window's life: loads and stores are ordered by
+   * fm_comm_shm_sync (MPI-3's shared-memory model: sync, barrier, sync). */
+  COMM_MPI_CALL(MPI_Win_lock_all(MPI_MODE_NOCHECK, x->win));
+  x->locked = true;
+  return 0;
+}
+
+void *fm_comm_shm_part(const FmShm *x, int rank) { return x->part[rank]; }
+
+int fm_comm_shm_sync(FmShm *x) {
+  COMM_MPI_CALL(MPI_Win_sync(x->win));
+  COMM_MPI_CALL(MPI_Barrier(x->node));
+  COMM_MPI_CALL(MPI_Win_sync(x->win));
+  return 0;
+}
+
+void fm_comm_shm_free(FmShm *x) {
+  if (!x) return;
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin && x->win != MPI_WIN_NULL) {
+    if (x->locked) MPI_Win_unlock_all(x->win);
+    MPI_Win_free(&x->win);
+  }
+  if (!fin && x->node != MPI_COMM_NULL) MPI_Comm_free(&x->node);
+  free(x->part);
+  free(x);
 }

@@ -588,8 +588,10 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
     int32_t on = r->red.exact && r->be->host_accessible && tp->size == 1 && !(env && strcmp(env, "0") == 0), all = 0;
     FM_CHECK(fm_comm_allreduce(dp, &on, &all, 1, FM_DT_I32, FM_OP_MIN));
     r->buckets = all != 0;
-    if (r->buckets && dp->size > 1)
+    if (r->buckets && dp->size > 1 && !r->red.shm)
       fm_log0("reduce: exact, per-layer buckets (each layer's gradient exchange starts during the last backward)");
+    if (r->red.shm) /* reduce.c: every dp rank on this node */
+      fm_log0("reduce: exact, owner sums and all-gather through a shared-memory window (FMHPC_REDUCE_SHM=0: the ring)");
   }
   const bool replicated = c->parallel.zero == 0;
   if (replicated) r->gfull = fm_xcalloc((size_t)pt->numel, sizeof *r->gfull);

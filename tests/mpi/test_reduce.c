@@ -242,8 +242,8 @@ FM_TEST(buckets_match_unbucketed_bitwise) {
     }
     FM_EXPECT(memcmp(a.amax_prev, b.amax_prev, (size_t)a.nblocks * sizeof *a.amax_prev) == 0);
     FM_EXPECT(memcmp(a.exp2, b.exp2, (size_t)a.nblocks * sizeof *a.exp2) == 0);
-    FM_EXPECT(!a.osum && (b.osum != NULL) == (world()->size > 1)); /* the exchange ran per bucket */
-    if (s == 0) {                                                  /* and both are the exact sum, rounded once */
+    FM_EXPECT(!a.osum && (b.osum != NULL) == (world()->size > 1 && !b.shm)); /* the exchange ran per bucket */
+    if (s == 0) { /* and both are the exact sum, rounded once */
       int64_t bad = 0;
       for (int64_t i = lo; i < lo + len; i++) {
         double sum = 0;
@@ -260,4 +260,136 @@ FM_TEST(buckets_match_unbucketed_bitwise) {
   free(sb);
   fm_reduce_free(&a);
   fm_reduce_free(&b);
+}
+
+/* ---- the node's shared-memory window (fm_comm_shm) against the ring ------- */
+
+/* The three exchanges of the exact sums: the shared window (every rank on
+ * this node: the default), the ring and owner sums over point-to-point
+ * (forced off, what a communicator across nodes takes), and the same reached
+ * through the node split itself (nodes of one rank: the window is refused). */
+enum { VIA_SHM, VIA_RING, VIA_SPLIT, NVIA };
+static void create_via(FmReduce *red, int64_t n, int via) {
+  const int old = fm__comm_mpi_set_shm(via == VIA_SPLIT || via == VIA_SHM, via == VIA_SPLIT ? 1 : 0);
+  FM_REQUIRE(fm_reduce_create(red, n, M, true, world()) == 0);
+  fm__comm_mpi_set_shm(old, 0);
+  FM_EXPECT((red->shm != NULL) == (via == VIA_SHM && world()->size > 1));
+}
+
+/* Every path, bucketed or not, gives the same bits at every step (a plain one,
+ * overflows redone in a bucketed and in a whole micro-batch, NaNs named and
+ * skipped, then plain again), the shards equal to the exact sum in double
+ * rounded once, and the parameter all-gather equal to the serial vector. */
+FM_TEST(shm_matches_ring_bitwise) {
+  const int64_t old = fm__comm_mpi_set_osum_chunk(1000);
+  FmReduce red[NVIA][2];
+  float *sh[NVIA][2];
+  for (int v = 0; v < NVIA; v++)
+    for (int k = 0; k < 2; k++) {
+      create_via(&red[v][k], NPARAM, v);
+      sh[v][k] = fm_xcalloc((size_t)red[v][k].S, sizeof(float));
+    }
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *full = fm_xcalloc(NPARAM, sizeof *full),
+        *w = fm_xcalloc(NPARAM, sizeof *w);
+  const int64_t lo = fm_reduce_lo(&red[0][0]), len = fm_reduce_hi(&red[0][0]) - lo;
+  struct {
+    int64_t big_mb;
+    float big;
+    int64_t nan_mb, nan_i;
+    bool nonfinite;
+  } steps[] = {{-1, 0, -1, 0, false},           {M - 1, 1048576.0f * 1024.0f, -1, 0, false},
+               {3, 1e15f, -1, 0, false},        {-1, 0, M - 1, 70001, true},
+               {M - 1, 1e30f, 2, 131070, true}, {-1, 0, -1, 0, false}};
+  int64_t compared = 0;
+  for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+    bool nf[NVIA][2];
+    for (int v = 0; v < NVIA; v++)
+      for (int k = 0; k < 2; k++) {
+        memset(sh[v][k], 0xAB, (size_t)red[v][k].S * sizeof(float));
+        nf[v][k] = bucket_step(&red[v][k], grad, sh[v][k], k == 1, steps[s].big_mb, steps[s].big, steps[s].nan_mb,
+                               steps[s].nan_i);
+      }
+    for (int v = 0; v < NVIA; v++)
+      for (int k = 0; k < 2; k++) {
+        FmReduce *a = &red[v][k], *ref = &red[VIA_RING][0];
+        FM_EXPECT(nf[v][k] == steps[s].nonfinite);
+        FM_EXPECT_EQ_INT(a->redone, ref->redone);
+        FM_EXPECT(memcmp(a->amax_prev, ref->amax_prev, (size_t)a->nblocks * sizeof *a->amax_prev) == 0);
+        if (nf[v][k])
+          FM_EXPECT_EQ_INT(a->first_bad, steps[s].nan_i);
+        else
+          FM_EXPECT(memcmp(sh[v][k], sh[VIA_RING][0], (size_t)len * sizeof(float)) == 0);
+      }
+    if (steps[s].nonfinite) continue;
+    /* The ring's shards gathered whole (the reference for every all-gather below),
+     * at the first step also the exact sum in double, rounded once (later steps
+     * run at the scales the overflows widened: coarser, still the same bits on
+     * every path). */
+    memset(full, 0, NPARAM * sizeof *full);
+    memcpy(full + lo, sh[VIA_RING][0], (size_t)len * sizeof(float));
+    /* x + 0 + ... = x exactly: one rank holds each element (the others +0) */
+    FM_REQUIRE(fm_comm_allreduce(world(), full, w, NPARAM, FM_DT_F32, FM_OP_SUM) == 0);
+    memcpy(full, w, NPARAM * sizeof *full);
+    for (int64_t i = 0; s == 0 && i < NPARAM; i++) {
+      double sum = 0;
+      for (int64_t m = 0; m < M; m++) sum += grad_value(m, i);
+      const float want = (float)sum;
+      FM_EXPECT_BITS_EQ_F32(full[i], want);
+    }
+    for (int v = 0; v < NVIA; v++) { /* twice in a row: the second rewrites the window's part just read */
+      for (int rep = 0; rep < 2; rep++) {
+        for (int64_t i = 0; i < NPARAM; i++) w[i] = -1.0f;
+        memcpy(w + lo, sh[v][rep], (size_t)len * sizeof(float));
+        FM_REQUIRE(fm_reduce_allgather(&red[v][rep], w) == 0);
+        FM_EXPECT(memcmp(w, full, NPARAM * sizeof *w) == 0);
+        compared += NPARAM;
+      }
+    }
+  }
+  FM_EXPECT_EQ_INT(red[VIA_RING][0].redone, 2);
+  FM_EXPECT(compared > 0);
+  for (int v = 0; v < NVIA; v++)
+    for (int k = 0; k < 2; k++) {
+      free(sh[v][k]);
+      fm_reduce_free(&red[v][k]);
+    }
+  fm__comm_mpi_set_osum_chunk(old);
+  free(grad);
+  free(full);
+  free(w);
+}
+
+/* Fewer blocks than ranks (ranks whose shard is empty), and a rank with no
+ * micro-batch at all (M = 1 over P ranks): its zero sums without any add. */
+FM_TEST(shm_empty_shards_and_idle_ranks) {
+  enum { N = 65536 + 4321 }; /* 2 blocks: at 3 and 4 ranks some shards are empty */
+  float *grad = fm_xcalloc(N, sizeof *grad), *w = fm_xcalloc(N, sizeof *w), *want = fm_xcalloc(N, sizeof *want);
+  for (int64_t i = 0; i < N; i++) want[i] = grad_value(0, i);
+  for (int v = 0; v < NVIA; v++) {
+    FmReduce red;
+    create_via(&red, N, v);
+    float *shard = fm_xcalloc((size_t)red.S, sizeof *shard);
+    const int64_t lo = fm_reduce_lo(&red), len = fm_reduce_hi(&red) - lo;
+    for (int step = 0; step < 2; step++) { /* the second step after an all-gather read the window */
+      bool nonfinite = false;
+      do {
+        fm_reduce_begin(&red);
+        if (world()->rank == 0) { /* micro-batch 0 only: the others add nothing */
+          for (int64_t i = 0; i < N; i++) grad[i] = grad_value(0, i);
+          fm_reduce_add(&red, grad);
+        }
+      } while (fm_reduce_finish(&red, grad, shard, &nonfinite));
+      FM_EXPECT(!nonfinite);
+      FM_EXPECT(memcmp(shard, want + lo, (size_t)len * sizeof *shard) == 0);
+      memset(w, 0, N * sizeof *w);
+      memcpy(w + lo, shard, (size_t)len * sizeof *w);
+      FM_REQUIRE(fm_reduce_allgather(&red, w) == 0);
+      FM_EXPECT(memcmp(w, want, N * sizeof *w) == 0);
+    }
+    free(shard);
+    fm_reduce_free(&red);
+  }
+  free(grad);
+  free(w);
+  free(want);
 }

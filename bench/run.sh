@@ -100,8 +100,14 @@ if run reduce bash "$ROOT/bench/reduce/run.sh" "$BUILD" "$RED_N" "$RED_REPS"; th
     p=$(num P "$line")
     ex=$(num exact_ms "$line") em=$(num exact_mpi_ms "$line") fa=$(num fast_ms "$line") ar=$(num allreduce_ms "$line")
     bu=$(num bucket_ms "$line") exc=$(num exact_cpu_s "$line") buc=$(num bucket_cpu_s "$line") arc=$(num allreduce_cpu_s "$line")
-    row "reduce exact P=$p n=$RED_N" "$ex ms (ring; $exc CPU-s)" "MPI_Allreduce fp32 $ar ms ($arc CPU-s)" \
+    rg=$(num ring_ms "$line") rgc=$(num ring_cpu_s "$line") how="ring"
+    [ "$(num shm "$line")" = 1 ] && how="shared-memory window"
+    row "reduce exact P=$p n=$RED_N" "$ex ms ($how; $exc CPU-s)" "MPI_Allreduce fp32 $ar ms ($arc CPU-s)" \
       "$(ratio "$ex" "$ar") (CPU $(ratio "$exc" "$arc"))" "<= 1.5x"
+    if [ -n "$rg" ]; then
+      row "reduce exact, ring (across nodes) P=$p" "$rg ms ($rgc CPU-s)" "MPI_Allreduce fp32 $ar ms ($arc CPU-s)" \
+        "$(ratio "$rg" "$ar") (CPU $(ratio "$rgc" "$arc"))" "<= 1.5x"
+    fi
     row "reduce exact, buckets back to back P=$p" "$bu ms ($buc CPU-s)" "MPI_Allreduce fp32 $ar ms ($arc CPU-s)" \
       "$(ratio "$bu" "$ar") (CPU $(ratio "$buc" "$arc"))" "<= 1.5x"
     row "reduce exact, MPI_Reduce_scatter_block P=$p" "$em ms" "MPI_Allreduce fp32 $ar ms" "$(ratio "$em" "$ar")" "(before)"

@@ -30,8 +30,11 @@ int fm_posids_parse(const char *s, FmPosIds *p) {
 const char *fm_packing_name(FmPacking p) { return packing_names[p]; }
 const char *fm_posids_name(FmPosIds p) { return posids_names[p]; }
 
-/* Open a new all-padding row; returns its index. */
-static int64_t new_row(FmPacked *o, FmPosIds pos, uint32_t pad_id) {
+/* Open a new row; returns its index. Its columns are written by put_piece
+ * from column 0 on and the rest by pad_tail when packing ends (not filled
+ * here first: most rows of a long corpus are full, so padding every new row
+ * wrote 13 bytes a column twice). */
+static int64_t new_row(FmPacked *o) {
   if (o->rows == o->cap) {
     o->cap = o->cap ? 2 * o->cap : 64;
     size_t n = (size_t)(o->cap * o->R);
@@ -40,17 +43,21 @@ static int64_t new_row(FmPacked *o, FmPosIds pos, uint32_t pad_id) {
     o->position_ids = fm_xrealloc(o->position_ids, n * sizeof *o->position_ids);
     o->segment_ids = fm_xrealloc(o->segment_ids, n * sizeof *o->segment_ids);
   }
-  int64_t r = o->rows++, base = r * o->R;
+  return o->rows++;
+}
+
+/* Columns [col, R) of row r as padding. */
+static void pad_tail(FmPacked *o, int64_t r, int64_t col, FmPosIds pos, uint32_t pad_id) {
+  int64_t base = r * o->R, n = o->R - col;
   uint32_t *tk = o->tokens + base;
   int32_t *ps = o->position_ids + base;
-  for (int64_t t = 0; t < o->R; t++) tk[t] = pad_id;
+  for (int64_t t = col; t < o->R; t++) tk[t] = pad_id;
   if (pos == FM_POS_CONTINUOUS)
-    for (int64_t t = 0; t < o->R; t++) ps[t] = (int32_t)t;
+    for (int64_t t = col; t < o->R; t++) ps[t] = (int32_t)t;
   else
-    memset(ps, 0, (size_t)o->R * sizeof *ps);
-  memset(o->loss_mask + base, 0, (size_t)o->R);
-  memset(o->segment_ids + base, 0, (size_t)o->R * sizeof *o->segment_ids);
-  return r;
+    memset(ps + col, 0, (size_t)n * sizeof *ps);
+  memset(o->loss_mask + base + col, 0, (size_t)n);
+  memset(o->segment_ids + base + col, 0, (size_t)n * sizeof *o->segment_ids);
 }
 
 /* Copy piece d[off, off+len) to row r at column col as segment seg. */
@@ -75,7 +82,7 @@ static void pack_simple(FmPacked *o, const FmDoc *docs, int64_t n, FmPosIds pos,
   for (int64_t i = 0; i < n; i++) {
     for (int64_t off = 0; off < docs[i].n;) {
       if (col == o->R) {
-        r = new_row(o, pos, pad_id);
+        r = new_row(o);
         col = 0;
         seg = 0;
       }
@@ -86,6 +93,7 @@ static void pack_simple(FmPacked *o, const FmDoc *docs, int64_t n, FmPosIds pos,
     }
     if (docs[i].n) o->docs++;
   }
+  if (r >= 0) pad_tail(o, r, col, pos, pad_id); /* only the last row can be short */
 }
 
 /* ---- best-fit decreasing --------------------------------------------------
@@ -162,7 +170,7 @@ static void pack_bfd(FmPacked *o, const FmDoc *docs, int64_t n, bool split, FmPo
     const Item *it = &items[k];
     int64_t room = fit_find(&f, it->len), lr;
     if (room < 0) {
-      lr = new_row(o, pos, pad_id) - row0;
+      lr = new_row(o) - row0;
       room = R;
     } else {
       lr = f.head[room];
@@ -178,6 +186,7 @@ static void pack_bfd(FmPacked *o, const FmDoc *docs, int64_t n, bool split, FmPo
       fit_add(&f, room, +1);
     }
   }
+  for (int64_t lr = 0; lr < o->rows - row0; lr++) pad_tail(o, row0 + lr, f.fill[lr], pos, pad_id);
   free(items);
   free(f.cnt);
   free(f.head);

@@ -294,6 +294,8 @@ int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
   p->doff[split][2 * p->ndoc[split]] = start; /* [start, end) in the window buffer */
   p->doff[split][2 * p->ndoc[split]++ + 1] = p->nids;
   p->stat[ST_chars] += chars;
-  for (int64_t i = start; i < p->nids; i++) p->stat[split ? ST_trained_valid : ST_trained_train] += p->mask[i];
+  int64_t trained = 0; /* summed here: a uint8_t pointer may alias p->stat, which the loop would store every id */
+  for (int64_t i = start; i < p->nids; i++) trained += p->mask[i];
+  p->stat[split ? ST_trained_valid : ST_trained_train] += trained;
   return 0;
 }

@@ -28,6 +28,14 @@
 #define FM_GEMM_NB 512
 /* Below this many multiply-adds a parallel region costs more than it saves. */
 #define FM_GEMM_OMP_MIN ((int64_t)1 << 18)
+/* The bias and column-sum loops vectorise; their AVX2 clones do the same IEEE
+ * operations per lane in the same order (no FMA: -ffp-contract=off, and AVX2
+ * alone does not enable it): the same bits (as elementwise.c's clones). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define FM_MM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FM_MM_CLONES
+#endif
 
 void fm__cpu_blas_init(void) {
   static int pinned = 0;
@@ -71,6 +79,11 @@ void fm__cpu_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K, float
   }
 }
 
+FM_MM_CLONES static void bias_row(float *o, const float *bias, int64_t OC) {
+#pragma omp simd
+  for (int64_t j = 0; j < OC; j++) o[j] = o[j] + bias[j];
+}
+
 void fm_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float *bias, int64_t N, int64_t C,
                        int64_t OC) {
   const float *a = inp, *b = w;
@@ -81,32 +94,30 @@ void fm_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float
   fm__cpu_gemm(0, 1, N, OC, C, 1.0f, a, C, b, C, 0.0f, out, OC);
   if (!bias) return;
 #pragma omp parallel for schedule(static) if (N * OC >= FM_GEMM_OMP_MIN)
-  for (int64_t n = 0; n < N; n++) {
-    float *o = out + n * OC;
-#pragma omp simd
-    for (int64_t j = 0; j < OC; j++) o[j] = o[j] + bias[j];
-  }
+  for (int64_t n = 0; n < N; n++) bias_row(out + n * OC, bias, OC);
 }
 
 /* dbias (OC) += column sums of d (N, OC): each column summed over rows in row
  * order, in double from dbias's old value, rounded once. Threads own column
  * blocks, so the order never depends on them. */
 #define FM_COLSUM_CB 64
+FM_MM_CLONES static void colsum_block(float *dbias, const float *d, int64_t N, int64_t OC, int64_t cb) {
+  const int64_t c0 = cb * FM_COLSUM_CB;
+  const int64_t cn = OC - c0 < FM_COLSUM_CB ? OC - c0 : FM_COLSUM_CB;
+  double acc[FM_COLSUM_CB];
+  for (int64_t c = 0; c < cn; c++) acc[c] = dbias[c0 + c];
+  for (int64_t n = 0; n < N; n++) {
+    const float *row = d + n * OC + c0;
+#pragma omp simd
+    for (int64_t c = 0; c < cn; c++) acc[c] += (double)row[c];
+  }
+  for (int64_t c = 0; c < cn; c++) dbias[c0 + c] = (float)acc[c];
+}
+
 static void colsum_acc(float *dbias, const float *d, int64_t N, int64_t OC) {
   const int64_t nb = (OC + FM_COLSUM_CB - 1) / FM_COLSUM_CB;
 #pragma omp parallel for schedule(static) if (N * OC >= FM_GEMM_OMP_MIN)
-  for (int64_t cb = 0; cb < nb; cb++) {
-    const int64_t c0 = cb * FM_COLSUM_CB;
-    const int64_t cn = OC - c0 < FM_COLSUM_CB ? OC - c0 : FM_COLSUM_CB;
-    double acc[FM_COLSUM_CB];
-    for (int64_t c = 0; c < cn; c++) acc[c] = dbias[c0 + c];
-    for (int64_t n = 0; n < N; n++) {
-      const float *row = d + n * OC + c0;
-#pragma omp simd
-      for (int64_t c = 0; c < cn; c++) acc[c] += (double)row[c];
-    }
-    for (int64_t c = 0; c < cn; c++) dbias[c0 + c] = (float)acc[c];
-  }
+  for (int64_t cb = 0; cb < nb; cb++) colsum_block(dbias, d, N, OC, cb);
 }
 
 void fm_cpu_matmul_bwd(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,

@@ -184,11 +184,17 @@ static int parse_string(Parser *ps, const char **out, size_t *outlen) {
   const char *q = ps->p + 1;
   const char *close = q;
   for (;;) {
-    uint64_t x;
-    while (close + 8 <= ps->end && (memcpy(&x, close, 8), !(bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES))))
-      close += 8;
+    uint64_t x, hit = 0;
+    for (; close + 8 <= ps->end; close += 8) {
+      memcpy(&x, close, 8);
+      if ((hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES))) break;
+    }
+    if (hit)
+      close += __builtin_ctzll(hit) >> 3; /* the lowest flag is the first such byte */
+    else
+      while (close < ps->end && *close != '"' && *close != '\\') close++;
     if (close >= ps->end || *close == '"') break;
-    close += (*close == '\\' && close + 1 < ps->end) ? 2 : 1;
+    close += close + 1 < ps->end ? 2 : 1; /* a backslash and the byte it escapes */
   }
   if (close >= ps->end) {
     fail(ps, "unterminated string");
@@ -205,12 +211,19 @@ static int parse_string(Parser *ps, const char **out, size_t *outlen) {
     }
     if (c != '\\') {
       const char *run = q;
-      uint64_t x, high = 0;
-      while (q + 8 <= close && (memcpy(&x, q, 8), !(bytes_eq(x, '\\' * ONES) | bytes_ctl(x)))) {
+      uint64_t x, high = 0, hit = 0;
+      for (; q + 8 <= close; q += 8) {
+        memcpy(&x, q, 8);
+        if ((hit = bytes_eq(x, '\\' * ONES) | bytes_ctl(x))) break;
         high |= x;
-        q += 8;
       }
-      while (q < close && *q != '\\' && (unsigned char)*q >= 0x20) high |= (unsigned char)*q++;
+      if (hit) { /* the run ends at the first flagged byte, inside this word */
+        int k = __builtin_ctzll(hit) >> 3;
+        high |= x & ((1ull << (8 * k)) - 1);
+        q += k;
+      } else {
+        while (q < close && *q != '\\' && (unsigned char)*q >= 0x20) high |= (unsigned char)*q++;
+      }
       int64_t bad = high & HIGHS ? fm_utf8_check(run, (size_t)(q - run)) : -1; /* ASCII is valid UTF-8 */
       if (bad >= 0) {
         ps->p = run + bad;

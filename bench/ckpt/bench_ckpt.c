@@ -5,7 +5,10 @@
  * fm_ckpt_write's commit protocol). Run under mpirun by run.sh, which times
  * dd of the same bytes to the same disk next to it.
  *   bench_ckpt DIR REPS [LAYERS (12)]
- * rank 0 prints "RESULT ckpt bytes=B seconds=S mib_s=R". */
+ * rank 0 prints "RESULT ckpt bytes=B seconds=S mib_s=R" and, for the best
+ * rep, where the time went (fm_ckpt_last_profile, the slowest rank's seconds
+ * per part; fsync, rename and retain are rank 0's commit):
+ * "PROFILE ckpt prepare=.. create=.. ... total=..". */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +74,11 @@ int main(int argc, char **argv) {
   fm_dist_state_add(&s.dist, "optim/m", FM_DIST_FLAT_SHARD, m, 0);
   fm_dist_state_add(&s.dist, "optim/v", FM_DIST_FLAT_SHARD, v, 0);
   fm_dist_state_add(&s.dist, "reduce/amax_prev", FM_DIST_WHOLE_F32, amax, nb);
+  FmCkptProfile prof, worst_prof, best_prof = {0};
+  static const char *const pnames[] = {"prepare", "create", "open",  "run_state", "hash",   "dset_meta", "dset_write",
+                                       "agree",   "close",  "fsync", "rename",    "retain", "total"};
+  enum { NPROF = sizeof pnames / sizeof *pnames };
+  _Static_assert(sizeof(FmCkptProfile) == NPROF * sizeof(double), "one name per profile field");
   double best = 1e30;
   long long bytes = 0;
   char path[4096];
@@ -81,13 +89,21 @@ int main(int argc, char **argv) {
     if (fm_ckpt_write(dir, &s, 1, c, stderr, path, sizeof path)) MPI_Abort(MPI_COMM_WORLD, 1);
     double dt = MPI_Wtime() - t0, worst;
     MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    fm_ckpt_last_profile(&prof);
+    MPI_Allreduce(&prof, &worst_prof, NPROF, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     struct stat st;
     if (c->rank == 0 && stat(path, &st) == 0) bytes = (long long)st.st_size;
-    if (worst < best) best = worst;
+    if (worst < best) best = worst, best_prof = worst_prof;
   }
   if (c->rank == 0)
     printf("RESULT ckpt params=%lld bytes=%lld seconds=%.3f mib_s=%.1f\n", (long long)n, bytes, best,
            (double)bytes / best / 1048576.0);
+  if (c->rank == 0) {
+    const double *pv = &best_prof.prepare;
+    printf("PROFILE ckpt");
+    for (int i = 0; i < NPROF; i++) printf(" %s=%.3f", pnames[i], pv[i]);
+    printf("\n");
+  }
   fm_spike_free(&spike);
   fm_table_free(&tab);
   free(w), free(m), free(v), free(amax);

@@ -17,7 +17,9 @@ trap 'rm -rf "$OUT" "$DIR"/step_* "$DIR"/latest "$DIR"/latest.tmp "$DIR"/dd.bin 
 mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/ckpt/bench_ckpt.c" \
   "$BUILD/libfmhpc_lib.a" $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$OUT/bench_ckpt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-f=$(mpirun -n "$RANKS" "$OUT/bench_ckpt" "$DIR" "$REPS" "$LAYERS" | grep '^RESULT')
+all=$(mpirun -n "$RANKS" "$OUT/bench_ckpt" "$DIR" "$REPS" "$LAYERS")
+f=$(grep "^RESULT" <<<"$all")
+prof=$(grep "^PROFILE" <<<"$all" || true)
 bytes=$(grep -o ' bytes=[0-9]*' <<<"$f" | cut -d= -f2)
 # dd: the same bytes in 1 MiB blocks, fsync'd before dd exits; best of REPS
 best=""
@@ -31,6 +33,7 @@ for _ in $(seq "$REPS"); do
 done
 dd_mib=$(awk -v b="$bytes" -v t="$best" 'BEGIN { printf "%.1f", b / t / 1048576 }')
 echo "$f"
+grep "^PROFILE" <<<"$prof" || true
 echo "RESULT dd bytes=$bytes seconds=$best mib_s=$dd_mib"
 awk -v f="$(grep -o ' mib_s=[0-9.]*' <<<"$f" | cut -d= -f2)" -v d="$dd_mib" -v dir="$DIR" 'BEGIN {
   printf "checkpoint write to %s: fmhpc %.1f MiB/s, dd conv=fsync %.1f MiB/s: %.0f%% (goal >= 80%%: %s)\n",

@@ -29,7 +29,10 @@
  * ("step_N.h5\n") and creates DIR/step_N.h5.partial (N zero-padded to 8
  * digits) as an empty HDF5 file whose full size it allocates on disk
  * (fallocate(2)); the status is agreed over all ranks; all ranks open it,
- * write and close it; the status is agreed; rank 0 fsyncs the file, renames
+ * write and close it (each flat array: its datasets created collectively,
+ * then each rank writes its shard's parts with independent 1 MiB writes,
+ * hashing them as it goes and starting their writeback (sync_file_range),
+ * then the sha256 attributes); the status is agreed; rank 0 fsyncs the file, renames
  * it to step_N.h5, fsyncs the directory, renames latest.tmp to `latest` and
  * fsyncs the directory. A crash at any point leaves the previous step_*.h5
  * and `latest` intact; a .partial is never loaded. Then the oldest
@@ -115,6 +118,19 @@ typedef struct FmCkptState {
  * checkpoint. `written` (may be NULL) gets the committed path. */
 int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
                   size_t written_len);
+
+/* Where this rank's time went in its last fm_ckpt_write (seconds on the
+ * monotonic clock; the benchmark prints the slowest rank's): the directory
+ * and free-space check with latest.tmp, the file's creation and reservation,
+ * the parallel open, the run-state attributes, the checksums (hashing and
+ * the digests' exchange), dataset creation and attributes, the collective
+ * data writes, the agreements after each dataset, the close (HDF5's flush of
+ * metadata and truncation), then rank 0's commit: the file's fsync, the
+ * renames with the directory's fsyncs, and retention. total is the call. */
+typedef struct FmCkptProfile {
+  double prepare, create, open, run_state, hash, dset_meta, dset_write, agree, close, fsync, rename, retain, total;
+} FmCkptProfile;
+void fm_ckpt_last_profile(FmCkptProfile *p);
 
 /* Rank 0's line after a write of `seconds` committed `path`: its size and
  * rate, "checkpoint: PATH, 83.89 MiB in 1.20 s (69.9 MiB/s)" (fm_log0). */

@@ -2,8 +2,10 @@
  * in include/fmhpc/ckpt.h). Every HDF5 call is checked and its failure
  * returned, never aborted: a full disk must end in a clear message and an
  * intact previous checkpoint. Every status is agreed over all ranks after
- * each dataset, so no rank enters a collective the others have left. The
- * signal flag lives here too; the train loop reduces it (train.c). */
+ * each collective step (a dataset's creation, its attributes; a flat array's
+ * independent data writes once, after all of them), so no rank enters a
+ * collective the others have left. The signal flag lives here too; the
+ * train loop reduces it (train.c). */
 #define _GNU_SOURCE /* fallocate(2): posix_fallocate would emulate it by writing every block */
 #include "fmhpc/ckpt.h"
 
@@ -41,13 +43,28 @@ void fm_ckpt_signals_install(void) {
 int fm_ckpt_signal_pending(void) { return g_signal != 0; }
 void fm_ckpt_signal_clear(void) { g_signal = 0; }
 
+/* ---- profile ------------------------------------------------------------ */
+
+/* Where the last write's time went (fm_ckpt_last_profile); g_on only while
+ * fm_ckpt_write runs, so reads add nothing. */
+static FmCkptProfile g_prof;
+static int g_on;
+
+static void prof_add(double *field, double t0) {
+  if (g_on) *field += fm_now_s() - t0;
+}
+
+void fm_ckpt_last_profile(FmCkptProfile *p) { *p = g_prof; }
+
 /* ---- agreement ---------------------------------------------------------- */
 
 /* All ranks agree on a status: the first failing rank's status and message
  * (why) arrive on every rank. */
 static int agree(FmComm *c, int rc, char *why) {
   int32_t mine = rc ? c->rank : c->size, first = 0;
+  const double t0 = fm_now_s();
   fm_comm_allreduce(c, &mine, &first, 1, FM_DT_I32, FM_OP_MIN);
+  prof_add(&g_prof.agree, t0);
   if (first == c->size) return 0;
   int32_t st = rc;
   fm_comm_bcast(c, &st, 1, FM_DT_I32, first);
@@ -67,35 +84,77 @@ _Static_assert(FM_DIST_BLOCK == FM_SHA_PIECE, "shards align to checksum pieces (
 /* Pieces of the flat range [a, b) cut at multiples of FM_DIST_BLOCK. */
 static int64_t npieces(int64_t a, int64_t b) { return b > a ? (b - 1) / FM_DIST_BLOCK - a / FM_DIST_BLOCK + 1 : 0; }
 
+/* The digest table of one flat array: tensor i's pieces take the slots
+ * slot[i] .. slot[i+1]-1 (32 bytes each), in element order. */
+typedef struct Digests {
+  int64_t *slot; /* (n + 1) */
+  uint8_t *d;    /* (slot[n], 32), zeroed */
+} Digests;
+
+static Digests digests_new(const FmTensorTable *tab) {
+  Digests g = {fm_xmalloc(sizeof(int64_t) * (size_t)(tab->n + 1)), NULL};
+  g.slot[0] = 0;
+  for (int i = 0; i < tab->n; i++)
+    g.slot[i + 1] = g.slot[i] + npieces(tab->t[i].offset, tab->t[i].offset + tab->t[i].numel);
+  g.d = fm_xcalloc((size_t)(g.slot[tab->n] > 0 ? g.slot[tab->n] : 1), 32);
+  return g;
+}
+
+static void digests_free(Digests *g) {
+  free(g->slot);
+  free(g->d);
+}
+
+/* Hash tensor i's pieces that lie whole in the flat range [x, y) (base =
+ * element lo) into their slots; two pieces of one length at a time
+ * (fm_sha256_x2: the full 64 Ki-element pieces, which are nearly all). */
+static void hash_pieces(const FmTensorTable *tab, int i, Digests *g, const float *base, int64_t lo, int64_t x,
+                        int64_t y) {
+  const int64_t a = tab->t[i].offset, b = a + tab->t[i].numel;
+  int64_t held = -1, held_k = 0, held_n = 0; /* a piece waiting for a partner: first element, slot, length */
+  for (int64_t blk = x / FM_DIST_BLOCK; y > x && blk <= (y - 1) / FM_DIST_BLOCK; blk++) {
+    const int64_t ps = blk * FM_DIST_BLOCK > a ? blk * FM_DIST_BLOCK : a;
+    const int64_t pe = (blk + 1) * FM_DIST_BLOCK < b ? (blk + 1) * FM_DIST_BLOCK : b;
+    const int64_t k = g->slot[i] + blk - a / FM_DIST_BLOCK;
+    if (ps < x || pe > y) continue; /* partly outside: another rank's or another call's */
+    if (held >= 0 && held_n == pe - ps) {
+      fm_sha256_x2(base + (held - lo), base + (ps - lo), (size_t)held_n * sizeof(float), g->d + 32 * held_k,
+                   g->d + 32 * k);
+      held = -1;
+    } else {
+      if (held >= 0) fm_sha256(base + (held - lo), (size_t)held_n * sizeof(float), g->d + 32 * held_k);
+      held = ps, held_k = k, held_n = pe - ps;
+    }
+  }
+  if (held >= 0) fm_sha256(base + (held - lo), (size_t)held_n * sizeof(float), g->d + 32 * held_k);
+}
+
+/* The pieces' digests from every rank (zeros elsewhere: bitwise OR) and each
+ * tensor's checksum, the SHA-256 of its pieces' digests. hex: (n, 65). */
+static int digests_combine(const FmTensorTable *tab, Digests *g, FmComm *c, char (*hex)[65]) {
+  int rc = fm_comm_allreduce(c, g->d, g->d, g->slot[tab->n] * 32, FM_DT_U8, FM_OP_BOR);
+  for (int i = 0; i < tab->n; i++) {
+    uint8_t out[32];
+    fm_sha256(g->d + 32 * g->slot[i], (size_t)(32 * (g->slot[i + 1] - g->slot[i])), out);
+    fm_hex(out, 32, hex[i]);
+  }
+  return rc ? FM_EMPI : 0;
+}
+
 /* The checksums of the tensors of one flat array (params or one optimizer
  * state) from the shard [lo, hi) each rank holds (base = element lo): each rank
  * hashes its pieces into a zeroed table, the table is OR-reduced, and each
  * tensor's checksum is the SHA-256 of its pieces' digests. hex: (n, 65). */
 static int array_digests(const FmTensorTable *tab, const float *base, int64_t lo, int64_t hi, FmComm *c,
                          char (*hex)[65]) {
-  int64_t total = 0;
-  for (int i = 0; i < tab->n; i++) total += npieces(tab->t[i].offset, tab->t[i].offset + tab->t[i].numel);
-  uint8_t *d = fm_xcalloc((size_t)(total > 0 ? total : 1), 32);
-  int64_t k = 0;
+  Digests g = digests_new(tab);
   for (int i = 0; i < tab->n; i++) {
     const int64_t a = tab->t[i].offset, b = a + tab->t[i].numel;
-    for (int64_t blk = a / FM_DIST_BLOCK; b > a && blk <= (b - 1) / FM_DIST_BLOCK; blk++, k++) {
-      const int64_t ps = blk * FM_DIST_BLOCK > a ? blk * FM_DIST_BLOCK : a;
-      const int64_t pe = (blk + 1) * FM_DIST_BLOCK < b ? (blk + 1) * FM_DIST_BLOCK : b;
-      if (ps >= lo && pe <= hi) fm_sha256(base + (ps - lo), (size_t)(pe - ps) * sizeof(float), d + 32 * k);
-    }
+    hash_pieces(tab, i, &g, base, lo, a > lo ? a : lo, b < hi ? b : hi);
   }
-  int rc = fm_comm_allreduce(c, d, d, total * 32, FM_DT_U8, FM_OP_BOR);
-  k = 0;
-  for (int i = 0; i < tab->n; i++) {
-    const int64_t np = npieces(tab->t[i].offset, tab->t[i].offset + tab->t[i].numel);
-    uint8_t out[32];
-    fm_sha256(d + 32 * k, (size_t)(32 * np), out);
-    fm_hex(out, 32, hex[i]);
-    k += np;
-  }
-  free(d);
-  return rc ? FM_EMPI : 0;
+  const int rc = digests_combine(tab, &g, c, hex);
+  digests_free(&g);
+  return rc;
 }
 
 /* The same for a small array every rank holds whole (n elements of esize). */
@@ -258,11 +317,27 @@ static int select_flat(hid_t sp, int ndim, const hsize_t *shape, int64_t x, int6
 }
 
 typedef struct H5 {
-  hid_t f, dxpl;
+  hid_t f, dxpl; /* dxpl: collective transfers */
+  int fd;        /* write: the file once more, for writeback hints (-1: none) */
   FmComm *comm;
   const char *path;
   char why[WHY];
 } H5;
+
+/* Create dataset `name` (collective): contiguous, its whole extent allocated
+ * at creation (so it has its file offset before any write), never filled.
+ * Intermediate groups are created. -1 with h->why on failure. */
+static hid_t dset_create(H5 *h, const char *name, hid_t fsp, hid_t ftype) {
+  hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), lcpl = H5Pcreate(H5P_LINK_CREATE), d = -1;
+  if (dcpl >= 0 && lcpl >= 0 && H5Pset_obj_track_times(dcpl, 0) >= 0 &&
+      H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 && H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0 &&
+      H5Pset_create_intermediate_group(lcpl, 1) >= 0)
+    d = H5Dcreate2(h->f, name, ftype, fsp, lcpl, dcpl, H5P_DEFAULT);
+  if (d < 0) snprintf(h->why, WHY, "%s: cannot create dataset %s", h->path, name);
+  if (lcpl >= 0) H5Pclose(lcpl);
+  if (dcpl >= 0) H5Pclose(dcpl);
+  return d;
+}
 
 /* Write or read (rw 'w'/'r') this rank's part [x, y) of one tensor-shaped
  * dataset, collectively. buf holds elements x..y-1. ftype used on create. */
@@ -270,22 +345,13 @@ static int dset_io(H5 *h, int rw, const char *name, int ndim, const int64_t *sha
                    int64_t x, int64_t y, void *buf, const char *sha_hex, char *stored_hex, int64_t flat_off) {
   hsize_t shape[FM_MAX_DIMS];
   for (int d = 0; d < ndim; d++) shape[d] = (hsize_t)shape64[d];
-  hid_t fsp = -1, msp = -1, d = -1, dcpl = -1;
+  hid_t fsp = -1, msp = -1, d = -1;
   int rc = FM_EHDF5;
+  double t0 = fm_now_s();
   if (rw == 'w') {
     fsp = H5Screate_simple(ndim, shape, NULL);
-    dcpl = H5Pcreate(H5P_DATASET_CREATE);
-    if (fsp < 0 || dcpl < 0 || H5Pset_obj_track_times(dcpl, 0) < 0 || H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0 ||
-        H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) < 0)
-      goto done;
-    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
-    if (lcpl < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0) goto done;
-    d = H5Dcreate2(h->f, name, ftype, fsp, lcpl, dcpl, H5P_DEFAULT);
-    H5Pclose(lcpl);
-    if (d < 0) {
-      snprintf(h->why, WHY, "%s: cannot create dataset %s", h->path, name);
-      goto done;
-    }
+    d = fsp < 0 ? -1 : dset_create(h, name, fsp, ftype);
+    if (d < 0) goto done;
   } else {
     d = H5Dopen2(h->f, name, H5P_DEFAULT);
     if (d < 0) {
@@ -316,7 +382,11 @@ static int dset_io(H5 *h, int rw, const char *name, int ndim, const int64_t *sha
   hsize_t mdim = (hsize_t)(y > x ? y - x : 1);
   msp = H5Screate_simple(1, &mdim, NULL);
   if (msp < 0 || (y <= x && H5Sselect_none(msp) < 0)) goto done;
+  prof_add(&g_prof.dset_meta, t0);
+  t0 = fm_now_s();
   herr_t e = rw == 'w' ? H5Dwrite(d, mtype, msp, fsp, h->dxpl, buf) : H5Dread(d, mtype, msp, fsp, h->dxpl, buf);
+  prof_add(&g_prof.dset_write, t0);
+  t0 = fm_now_s();
   if (e < 0) {
     snprintf(h->why, WHY, "%s: cannot %s dataset %s%s", h->path, rw == 'w' ? "write" : "read", name,
              rw == 'w' ? " (disk full or quota exceeded?)" : "");
@@ -333,15 +403,122 @@ done:
   if (msp >= 0) H5Sclose(msp);
   if (fsp >= 0) H5Sclose(fsp);
   if (d >= 0 && H5Dclose(d) < 0 && !rc) rc = FM_EHDF5;
-  if (dcpl >= 0) H5Pclose(dcpl);
+  prof_add(&g_prof.dset_meta, t0);
   return rc;
+}
+
+/* Pieces per write of array_write: 4 (1 MiB of fp32). Small writes let the
+ * disk write one while the rank hashes the next, and 1 MiB is what dd bs=1M
+ * writes: on Linux 6.18 (ext4, a KVM guest) a write of 2 MiB or more took
+ * 4-6x the time of the same bytes in 1 MiB writes (measured with pwrite
+ * alone: 1.4 GB in 6.3 s against 1.0 s), the large page-cache folios the
+ * kernel then allocates being the difference. */
+enum { WRITE_PIECES = 4 };
+
+/* Start the disk's writeback of file bytes [off, off + n) now rather than
+ * at the commit's fsync (which then waits only for the last of them): a
+ * hint, whose failure changes nothing (the fsync is what makes it durable). */
+static void writeback_start(const H5 *h, haddr_t off, int64_t n) {
+#ifdef SYNC_FILE_RANGE_WRITE
+  if (h->fd >= 0 && off != HADDR_UNDEF) (void)sync_file_range(h->fd, (off64_t)off, (off64_t)n, SYNC_FILE_RANGE_WRITE);
+#else
+  (void)h, (void)off, (void)n;
+#endif
+}
+
+/* This rank's part [x, y) of tensor t (base = element lo) into its open
+ * dataset d, with independent transfers (the part is one contiguous run of
+ * the file), hashing the pieces of each write after it. 0 or FM_EIO. */
+static int part_write(H5 *h, const char *group, hid_t d, const FmTensorTable *tab, int i, Digests *g, const float *base,
+                      int64_t lo, int64_t x, int64_t y) {
+  const FmTensor *t = &tab->t[i];
+  hsize_t shape[FM_MAX_DIMS];
+  for (int q = 0; q < t->ndim; q++) shape[q] = (hsize_t)t->shape[q];
+  const haddr_t off = H5Dget_offset(d); /* contiguous and allocated at creation */
+  int rc = 0;
+  for (int64_t cx = x, cy; cx < y && !rc; cx = cy) {
+    cy = (cx / FM_DIST_BLOCK + WRITE_PIECES) * FM_DIST_BLOCK; /* piece-aligned: no piece straddles two writes */
+    cy = cy < y ? cy : y;
+    const hsize_t m = (hsize_t)(cy - cx);
+    hid_t fsp = H5Screate_simple(t->ndim, shape, NULL), msp = H5Screate_simple(1, &m, NULL);
+    double t0 = fm_now_s();
+    rc = fsp < 0 || msp < 0 || select_flat(fsp, t->ndim, shape, cx - t->offset, cy - t->offset) ||
+                 H5Dwrite(d, H5T_NATIVE_FLOAT, msp, fsp, H5P_DEFAULT, base + (cx - lo)) < 0
+             ? FM_EIO
+             : 0;
+    if (!rc) writeback_start(h, off + (haddr_t)(cx - t->offset) * sizeof(float), (cy - cx) * (int64_t)sizeof(float));
+    prof_add(&g_prof.dset_write, t0);
+    if (msp >= 0) H5Sclose(msp);
+    if (fsp >= 0) H5Sclose(fsp);
+    t0 = fm_now_s();
+    if (!rc) hash_pieces(tab, i, g, base, lo, cx, cy);
+    prof_add(&g_prof.hash, t0);
+  }
+  if (rc)
+    snprintf(h->why, WHY, "%s: cannot write dataset %s/%s (disk full or quota exceeded?)", h->path, group, t->name);
+  return rc;
+}
+
+/* One flat array written as per-tensor datasets "<group>/<name>": every
+ * dataset created (collective metadata, agreed one by one), then each rank
+ * writes its shard's parts independently and hashes them as it goes (no
+ * collective in between, so the ranks' writes overlap instead of taking
+ * turns dataset by dataset), one agreement, the digests combined, and the
+ * sha256 attributes written (collective). */
+static int array_write(H5 *h, const char *group, const FmTensorTable *tab, const float *base, int64_t lo, int64_t hi) {
+  hid_t *ds = fm_xmalloc(sizeof *ds * (size_t)(tab->n > 0 ? tab->n : 1));
+  char(*hex)[65] = fm_xcalloc((size_t)(tab->n > 0 ? tab->n : 1), sizeof *hex);
+  Digests g = digests_new(tab);
+  int rc = 0, nopen = 0;
+  double t0 = fm_now_s();
+  for (; nopen < tab->n && !rc; nopen++) {
+    const FmTensor *t = &tab->t[nopen];
+    hsize_t shape[FM_MAX_DIMS];
+    for (int q = 0; q < t->ndim; q++) shape[q] = (hsize_t)t->shape[q];
+    char name[160];
+    snprintf(name, sizeof name, "%s/%s", group, t->name);
+    h->why[0] = '\0';
+    hid_t fsp = H5Screate_simple(t->ndim, shape, NULL);
+    ds[nopen] = fsp < 0 ? -1 : dset_create(h, name, fsp, H5T_IEEE_F32LE);
+    if (fsp >= 0) H5Sclose(fsp);
+    rc = ds[nopen] < 0 || attr_i64(ds[nopen], "flat_offset", t->offset) ? FM_EHDF5 : 0;
+    if (rc && !h->why[0]) snprintf(h->why, WHY, "%s: cannot create dataset %s", h->path, name);
+    rc = agree(h->comm, rc, h->why);
+    if (ds[nopen] < 0) break;
+  }
+  prof_add(&g_prof.dset_meta, t0);
+  for (int i = 0; i < tab->n && !rc; i++) {
+    const int64_t a = tab->t[i].offset, b = a + tab->t[i].numel;
+    const int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    if (y > x) rc = part_write(h, group, ds[i], tab, i, &g, base, lo, x, y);
+  }
+  rc = agree(h->comm, rc, h->why);
+  if (!rc) {
+    t0 = fm_now_s();
+    rc = agree(h->comm, digests_combine(tab, &g, h->comm, hex), h->why);
+    prof_add(&g_prof.hash, t0);
+  }
+  t0 = fm_now_s();
+  for (int i = 0; i < tab->n && !rc; i++) {
+    rc = attr_str(ds[i], "sha256", hex[i]);
+    if (rc) snprintf(h->why, WHY, "%s: cannot write the sha256 attribute of %s/%s", h->path, group, tab->t[i].name);
+    rc = agree(h->comm, rc, h->why);
+  }
+  for (int i = 0; i < nopen; i++) /* collective: every rank opened the same ones */
+    if (ds[i] >= 0 && H5Dclose(ds[i]) < 0 && !rc) rc = FM_EHDF5;
+  prof_add(&g_prof.dset_meta, t0);
+  if (rc && !h->why[0]) snprintf(h->why, WHY, "%s: HDF5 error closing the datasets of %s", h->path, group);
+  digests_free(&g);
+  free(hex);
+  free(ds);
+  return agree(h->comm, rc, h->why);
 }
 
 /* One flat array (params or a state) as per-tensor datasets "<group>/<name>". */
 static int array_io(H5 *h, int rw, const char *group, const FmTensorTable *tab, float *base, int64_t lo, int64_t hi) {
+  if (rw == 'w') return array_write(h, group, tab, base, lo, hi);
   char(*hex)[65] = fm_xcalloc((size_t)(tab->n > 0 ? tab->n : 1), sizeof *hex);
   int rc = 0;
-  if (rw == 'w') rc = agree(h->comm, array_digests(tab, base, lo, hi, h->comm, hex), h->why);
   char(*stored)[65] = fm_xcalloc((size_t)(tab->n > 0 ? tab->n : 1), sizeof *stored);
   for (int i = 0; i < tab->n && !rc; i++) {
     const FmTensor *t = &tab->t[i];
@@ -548,7 +725,9 @@ static void test_hold(const FmCkptState *s, FmComm *c, const char *point) {
 /* Everything after the file is open: the same sequence for both directions,
  * the run state then the sharded-state table (dist.h) in its order. */
 static int body_io(H5 *h, int rw, FmCkptState *s) {
+  const double t0 = fm_now_s();
   int rc = rw == 'w' ? write_run_state(h, s) : read_run_state(h, s);
+  prof_add(&g_prof.run_state, t0);
   const FmDistState *d = &s->dist;
   const char *kill = getenv("FMHPC_CKPT_TEST_KILL_AT");
   for (int i = 0; i < d->n && !rc; i++) {
@@ -689,7 +868,10 @@ static int commit(const char *dir, const char *partial, const char *final, int64
   char tmp[4200], latest[4200];
   snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
   snprintf(latest, sizeof latest, "%s/latest", dir);
+  double t0 = fm_now_s();
   const int synced = fsync_path(partial, 0) == 0;
+  prof_add(&g_prof.fsync, t0);
+  t0 = fm_now_s();
   test_kill_commit(step, 1);
   if (!synced || rename(partial, final) != 0 || fsync_path(dir, 1)) {
     snprintf(why, WHY, "%s: cannot fsync or rename into %s: %s", partial, final, strerror(errno));
@@ -703,6 +885,8 @@ static int commit(const char *dir, const char *partial, const char *final, int64
     return FM_EIO;
   }
   test_kill_commit(step, 3);
+  prof_add(&g_prof.rename, t0);
+  t0 = fm_now_s();
   char **paths = NULL;
   int n = fm_ckpt_list(dir, &paths);
   n = only_run(paths, n, run_id);
@@ -717,6 +901,7 @@ static int commit(const char *dir, const char *partial, const char *final, int64
     unlink(p);
   }
   if (d) closedir(d);
+  prof_add(&g_prof.retain, t0);
   return 0;
 }
 
@@ -819,26 +1004,35 @@ static int create_reserved(const char *dir, const char *partial, const FmCkptSta
 
 int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm, FILE *err, char *written,
                   size_t written_len) {
-  H5 h = {.f = -1, .dxpl = -1, .comm = comm};
+  H5 h = {.f = -1, .dxpl = -1, .fd = -1, .comm = comm};
   char final[4200], partial[4300];
   snprintf(final, sizeof final, "%s/step_%08lld.h5", dir, (long long)s->step);
   snprintf(partial, sizeof partial, "%s.partial", final);
   h.path = partial;
+  memset(&g_prof, 0, sizeof g_prof);
+  g_on = 1;
+  const double t_start = fm_now_s();
+  double t0 = t_start;
   test_hold(s, comm, "start");
   int rc = agree(comm, comm->rank == 0 ? prepare_dir(dir, s, final, h.why) : 0, h.why);
+  prof_add(&g_prof.prepare, t0);
   if (rc) goto report;
   H5E_auto2_t efunc;
   void *edata;
   H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* our messages name the file and the dataset */
   test_hold(s, comm, "reserve");
+  t0 = fm_now_s();
   rc = agree(comm, comm->rank == 0 ? create_reserved(dir, partial, s, h.why) : 0, h.why); /* the one agreed ENOSPC */
+  prof_add(&g_prof.create, t0);
+  t0 = fm_now_s();
   if (!rc) {
     hid_t fapl = open_fapl(comm);
     h.f = fapl >= 0 ? H5Fopen(partial, H5F_ACC_RDWR, fapl) : -1;
     if (h.f < 0) snprintf(h.why, WHY, "%s: cannot open the new file on every rank: %s", partial, strerror(errno));
     if (fapl >= 0) H5Pclose(fapl);
     rc = agree(comm, h.f < 0 ? FM_EIO : 0, h.why);
+    h.fd = rc ? -1 : open(partial, O_WRONLY); /* writeback hints only (writeback_start): -1 is no error */
   }
   if (!rc) {
     h.dxpl = H5Pcreate(H5P_DATASET_XFER);
@@ -846,14 +1040,18 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
     if (e) snprintf(h.why, WHY, "%s: cannot set collective transfers", partial);
     rc = agree(comm, e ? FM_EHDF5 : 0, h.why);
   }
+  prof_add(&g_prof.open, t0);
   if (!rc) rc = body_io(&h, 'w', (FmCkptState *)s);
   if (h.dxpl >= 0) H5Pclose(h.dxpl);
+  t0 = fm_now_s();
   if (h.f >= 0) { /* collective: every rank closes, whatever happened */
     const int e = H5Fclose(h.f) < 0;
     if (e && !rc)
       snprintf(h.why, WHY, "%s: closing (flushing) the file failed (disk full or quota exceeded?)", partial);
     rc = agree(comm, rc ? rc : e ? FM_EIO : 0, h.why);
   }
+  if (h.fd >= 0) close(h.fd);
+  prof_add(&g_prof.close, t0);
   H5Eset_auto2(H5E_DEFAULT, efunc, edata);
   if (!rc && comm->rank == 0) rc = commit(dir, partial, final, s->step, keep, s->run_id, h.why);
   if (rc && comm->rank == 0) { /* a failed write leaves nothing to mistake: no .partial, no latest.tmp */
@@ -864,6 +1062,8 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
   }
   rc = agree(comm, rc, h.why);
 report:
+  prof_add(&g_prof.total, t_start);
+  g_on = 0;
   if (rc && err) fprintf(err, "fmhpc: checkpoint of step %lld failed: %s\n", (long long)s->step, h.why);
   if (!rc && written) snprintf(written, written_len, "%s", final);
   return rc;
@@ -885,7 +1085,7 @@ void fm_ckpt_log_written(const char *path, double seconds) {
  * for a weights-only read. */
 typedef int (*ReadBody)(H5 *h, void *arg);
 static int read_file(const char *path, FmComm *comm, char *why, size_t why_len, ReadBody body, void *arg) {
-  H5 h = {.f = -1, .dxpl = -1, .comm = comm, .path = path};
+  H5 h = {.f = -1, .dxpl = -1, .fd = -1, .comm = comm, .path = path};
   H5E_auto2_t efunc;
   void *edata;
   H5Eget_auto2(H5E_DEFAULT, &efunc, &edata);

@@ -83,6 +83,66 @@ __attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani(ui
   _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));    /* HGFE */
 }
 
+/* Two messages at once, for checkpoints' and stores' pieces (fm_sha256_x2):
+ * each sha256rnds2 waits for the one before it (a chain of 32 per block),
+ * so one message leaves the unit idle between them; the other message's
+ * rounds fill those gaps (1.8 to 2.7 GB per CPU-second on a Zen 5 EPYC). The same steps as
+ * compress_blocks_shani, written out for two states and four schedule
+ * registers per message so that they stay in registers. */
+#define SHA_UPD(x, y, z, w) _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(x, y), _mm_alignr_epi8(w, z, 4)), w)
+#define SHA_GROUP2(q, r, X, Y, Z, W)                                             \
+  do {                                                                           \
+    const __m128i k_ = _mm_loadu_si128((const __m128i *)&K[16 * (q) + 4 * (r)]); \
+    const __m128i ka_ = _mm_add_epi32(X##a, k_), kb_ = _mm_add_epi32(X##b, k_);  \
+    cdgha = _mm_sha256rnds2_epu32(cdgha, abefa, ka_);                            \
+    cdghb = _mm_sha256rnds2_epu32(cdghb, abefb, kb_);                            \
+    abefa = _mm_sha256rnds2_epu32(abefa, cdgha, _mm_shuffle_epi32(ka_, 0x0E));   \
+    abefb = _mm_sha256rnds2_epu32(abefb, cdghb, _mm_shuffle_epi32(kb_, 0x0E));   \
+    if ((q) < 3) {                                                               \
+      X##a = SHA_UPD(X##a, Y##a, Z##a, W##a);                                    \
+      X##b = SHA_UPD(X##b, Y##b, Z##b, W##b);                                    \
+    }                                                                            \
+  } while (0)
+
+__attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani_x2(uint32_t ha[8], const uint8_t *pa,
+                                                                                 uint32_t hb[8], const uint8_t *pb,
+                                                                                 size_t nblocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i t0 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&ha[0]), 0xB1);
+  __m128i t1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&ha[4]), 0x1B);
+  __m128i abefa = _mm_alignr_epi8(t0, t1, 8), cdgha = _mm_blend_epi16(t1, t0, 0xF0);
+  t0 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&hb[0]), 0xB1);
+  t1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&hb[4]), 0x1B);
+  __m128i abefb = _mm_alignr_epi8(t0, t1, 8), cdghb = _mm_blend_epi16(t1, t0, 0xF0);
+  for (; nblocks; nblocks--, pa += 64, pb += 64) {
+    const __m128i abefa0 = abefa, cdgha0 = cdgha, abefb0 = abefb, cdghb0 = cdghb;
+    __m128i w0a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 0)), bswap);
+    __m128i w1a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 16)), bswap);
+    __m128i w2a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 32)), bswap);
+    __m128i w3a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 48)), bswap);
+    __m128i w0b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 0)), bswap);
+    __m128i w1b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 16)), bswap);
+    __m128i w2b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 32)), bswap);
+    __m128i w3b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 48)), bswap);
+    for (int q = 0; q < 4; q++) { /* groups 4q .. 4q+3: w0..w3 hold W[16q ..], rotating as in the single form */
+      SHA_GROUP2(q, 0, w0, w1, w2, w3);
+      SHA_GROUP2(q, 1, w1, w2, w3, w0);
+      SHA_GROUP2(q, 2, w2, w3, w0, w1);
+      SHA_GROUP2(q, 3, w3, w0, w1, w2);
+    }
+    abefa = _mm_add_epi32(abefa, abefa0), cdgha = _mm_add_epi32(cdgha, cdgha0);
+    abefb = _mm_add_epi32(abefb, abefb0), cdghb = _mm_add_epi32(cdghb, cdghb0);
+  }
+  t0 = _mm_shuffle_epi32(abefa, 0x1B), t1 = _mm_shuffle_epi32(cdgha, 0xB1);
+  _mm_storeu_si128((__m128i *)&ha[0], _mm_blend_epi16(t0, t1, 0xF0));
+  _mm_storeu_si128((__m128i *)&ha[4], _mm_alignr_epi8(t1, t0, 8));
+  t0 = _mm_shuffle_epi32(abefb, 0x1B), t1 = _mm_shuffle_epi32(cdghb, 0xB1);
+  _mm_storeu_si128((__m128i *)&hb[0], _mm_blend_epi16(t0, t1, 0xF0));
+  _mm_storeu_si128((__m128i *)&hb[4], _mm_alignr_epi8(t1, t0, 8));
+}
+#undef SHA_GROUP2
+#undef SHA_UPD
+
 static int cpu_has_sha(void) {
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_SSSE3) || !(c & bit_SSE4_1)) return 0;
@@ -155,6 +215,25 @@ void fm_sha256(const void *data, size_t n, uint8_t out[32]) {
   fm_sha256_init(&s);
   fm_sha256_update(&s, data, n);
   fm_sha256_final(&s, out);
+}
+
+void fm_sha256_x2(const void *m0, const void *m1, size_t n, uint8_t out0[32], uint8_t out1[32]) {
+  FmSha256 s0, s1;
+  fm_sha256_init(&s0);
+  fm_sha256_init(&s1);
+  if (!compress_blocks) compress_blocks = pick_compress();
+#ifdef FM_SHA_X86
+  const size_t nb = n / 64;
+  if (nb && compress_blocks == compress_blocks_shani) {
+    compress_blocks_shani_x2(s0.h, m0, s1.h, m1, nb);
+    s0.nbytes = s1.nbytes = nb * 64;
+  }
+#endif
+  /* the blocks left (all of them on the portable path), the tail and the padding */
+  fm_sha256_update(&s0, (const uint8_t *)m0 + s0.nbytes, n - s0.nbytes);
+  fm_sha256_update(&s1, (const uint8_t *)m1 + s1.nbytes, n - s1.nbytes);
+  fm_sha256_final(&s0, out0);
+  fm_sha256_final(&s1, out1);
 }
 
 void fm_hex(const uint8_t *bytes, size_t n, char *hex) {

@@ -302,6 +302,50 @@ if pa and pa["bytes"] and tok_cpu and pio:
            tok_cpu, bound, bound_w, pr(pa) or 0,
            "; these costs alone do not bar 0.70x" if bound >= 0.70 else "; 0.70x is above this bound")))
 
+# ---- the checkpoint write against dd -----------------------------------------
+def best_of(name, prefix):
+    """The line of name's log with the highest mib_s among those starting with prefix ({} when none)."""
+    best = {}
+    for line in read(name).splitlines():
+        if line.startswith(prefix):
+            r = {k: float(v) for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)", line)}
+            if r.get("mib_s", 0) > best.get("mib_s", 0):
+                best = r
+    return best
+
+
+ca, cb, cd = best_of("ckpt_after", "RESULT ckpt"), best_of("ckpt_before", "RESULT ckpt"), best_of("ckpt_dd", "RESULT dd")
+
+
+def ccell(r):
+    return "%.0f MiB/s (%.2f s)" % (r["mib_s"], r["seconds"]) if r else "FAILED"
+
+
+def cratio(r):
+    return r["mib_s"] / cd["mib_s"] if r and cd else None
+
+
+if ca or cb:
+    row("ckpt write GPT-2 124M%s + AdamW, 2 ranks (%.2f GB)" % (" (2 layers)" if quick else "",
+                                                                 (ca or cb).get("bytes", 0) / 1e9),
+        ccell(cb), ccell(ca), "dd conv=fsync %s" % ccell(cd) if cd else "-",
+        "%.2fx" % cratio(cb) if cratio(cb) else "-", "%.2fx" % cratio(ca) if cratio(ca) else "-", ">= 0.80x dd",
+        met_ge(cratio(ca), 0.80))
+    # where the after's best write went (fm_ckpt_last_profile, the slowest rank's seconds per part)
+    prof, last = "", None
+    for line in read("ckpt_after").splitlines():
+        if line.startswith("RESULT ckpt"):
+            last = float(re.search(r"mib_s=([0-9.]+)", line).group(1))
+        elif line.startswith("PROFILE ckpt") and ca and last == ca["mib_s"]:
+            prof = line[len("PROFILE ckpt "):]
+    if ca and cd:
+        bounds.append(dict(
+            goal="ckpt write >= 0.80x dd", bound_ratio=None, measured_ratio=cratio(ca),
+            text="the checkpoint write's best %.2f s (%s) against dd's %.2f s for the same bytes (a page-cache copy "
+            "and the fsync, one process); the write also hashes every byte (sha256-blocks-v1) and writes HDF5 "
+            "metadata; measured %.2fx" % (ca["seconds"], prof or "no profile",
+                                          cd["seconds"], cratio(ca))))
+
 # ---- print -------------------------------------------------------------------
 H = ("row", "before", "after", "peer", "ratio_before", "ratio_after", "goal", "met")
 head = ("row", "before (%s)" % rev_b, "after (%s)" % rev_a, "peer", "ratio before", "ratio after", "goal",

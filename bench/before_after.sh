@@ -15,7 +15,9 @@
 # the sgemm peak measured in the same process), the exact reduction against a
 # float MPI_Allreduce at P=2 and P=4 (bench/reduce: the exchange alone; a
 # GPT-2 micro-batch per rank with the exchange raw and exposed), prep against
-# the tokenizer alone. Then the roofline bounds, from figures measured in the
+# the tokenizer alone, the checkpoint write (bench/ckpt: GPT-2 124M + AdamW,
+# 2 ranks) against dd conv=fsync of the same bytes to the same disk ($TMPDIR
+# or /tmp). Then the roofline bounds, from figures measured in the
 # same run (bench/roof: one thread's sgemm per CPU-second, memcpy and
 # page-cache write rates; the step's per-op profile): the exact reduction's byte floors, the idle CPU the backward pass
 # leaves for the exchange, the share of prep that the store's writes and checksums leave (timed alone with prep's
@@ -67,7 +69,7 @@ LIBS="$(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm"
 compile() { # TAG SRC_TREE BUILD
   local tag="$1" src="$2" b="$3" def=""
   grep -q 'fm_reduce_bucket' "$src/include/fmhpc/dist.h" || def="-DFMHPC_BENCH_NO_BUCKETS"
-  for f in step_cpu/bench_step reduce/bench_reduce reduce/bench_overlap; do
+  for f in step_cpu/bench_step reduce/bench_reduce reduce/bench_overlap ckpt/bench_ckpt; do
     # shellcheck disable=SC2086,SC2046
     mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L $def -I"$src/include" $(pkg-config --cflags openblas) \
       "$ROOT/bench/$f.c" "$b/libfmhpc_lib.a" $LIBS -o "$LOGS/$(basename "$f")_$tag" 2> "$LOGS/cc_$(basename "$f")_$tag" && continue
@@ -90,11 +92,11 @@ cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/tokeniz
   "$AFTER_B/libfmhpc_lib.a" $(pkg-config --libs libpcre2-8 zlib) -lm -o "$LOGS/bench_tokenize"
 
 if [ "$QUICK" = 1 ]; then
-  B=1 STEPS=1 RED_N=16777216 RED_REPS=1 OVM="256 4 4 1024 50257" ROOF_MIB="128 256" CORPUS=4
+  B=1 STEPS=1 RED_N=16777216 RED_REPS=1 OVM="256 4 4 1024 50257" ROOF_MIB="128 256" CORPUS=4 CK_LAYERS=2 CK_ROUNDS=1
   ROUNDS="${STEP_ROUNDS:-1}"
   export FMHPC_BENCH_MIN_S="${FMHPC_BENCH_MIN_S:-1}"
 else
-  B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1
+  B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1 CK_LAYERS=12 CK_ROUNDS=2
   ROUNDS="${STEP_ROUNDS:-2}"
 fi
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the start" > "$LOGS/load"
@@ -166,11 +168,34 @@ cc -O2 -std=c11 -I"$ROOT/include" "$ROOT/bench/prep/bench_shard_io.c" "$AFTER_B/
 sb=$(sed -n 's/^store_bytes=//p' "$LOGS/prep_after")
 "$LOGS/bench_shard_io" "$LOGS" "${sb:-0}" "$(stat -c %s "$LOGS/corpus.jsonl")" 3 > "$LOGS/prep_io" 2>&1 ||
   echo "FAILED" >> "$LOGS/prep_io"
+# the checkpoint write: after, before, dd of the same bytes (best of 2 each), CK_ROUNDS rounds; best of all
+CKDIR="$(mktemp -d)"
+for _ in $(seq "$CK_ROUNDS"); do
+  for tag in after before; do
+    say "ckpt $tag"
+    mkdir -p "$CKDIR/$tag"
+    OMP_NUM_THREADS=1 mpirun -n 2 "$LOGS/bench_ckpt_$tag" "$CKDIR/$tag" 2 "$CK_LAYERS" >> "$LOGS/ckpt_$tag" 2>&1 ||
+      echo "FAILED" >> "$LOGS/ckpt_$tag"
+    rm -rf "${CKDIR:?}/$tag"
+  done
+  bytes=$(cat "$LOGS/ckpt_after" "$LOGS/ckpt_before" 2>/dev/null | grep -o " bytes=[0-9]*" | tail -1 | cut -d= -f2 || true)
+  for _ in 1 2; do
+    [ -n "$bytes" ] || break
+    say "ckpt dd"
+    rm -f "$CKDIR/dd.bin"
+    s=$(date +%s.%N)
+    dd if=/dev/zero of="$CKDIR/dd.bin" bs=1M count=$(((bytes + 1048575) / 1048576)) conv=fsync status=none
+    e=$(date +%s.%N)
+    awk -v b="$bytes" -v s="$s" -v e="$e" 'BEGIN { printf "RESULT dd bytes=%d seconds=%.3f mib_s=%.1f\n", b, e - s, b / (e - s) / 1048576 }' \
+      >> "$LOGS/ckpt_dd"
+  done
+done
+rm -rf "$CKDIR"
 say "roofs"
 # shellcheck disable=SC2086
 OPENBLAS_NUM_THREADS=1 "$LOGS/bench_roof" "$NP" $ROOF_MIB "$LOGS" > "$LOGS/roof" 2>&1 || echo "FAILED" >> "$LOGS/roof"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end" >> "$LOGS/load"
-for f in "$LOGS"/step_* "$LOGS"/reduce_* "$LOGS"/overlap_* "$LOGS"/prep_* "$LOGS"/tok "$LOGS"/roof; do
+for f in "$LOGS"/step_* "$LOGS"/reduce_* "$LOGS"/overlap_* "$LOGS"/prep_* "$LOGS"/ckpt_* "$LOGS"/tok "$LOGS"/roof; do
   case "$f" in *.time | *.r[0-9]*) continue ;; esac
   sed "s|^|$(basename "$f"): |" "$f" | grep -v '^[^:]*: profile' >&2 || true
 done

@@ -76,7 +76,7 @@ int main(int argc, char **argv) {
   fm_dist_state_add(&s.dist, "reduce/amax_prev", FM_DIST_WHOLE_F32, amax, nb);
   FmCkptProfile prof, worst_prof, best_prof = {0};
   static const char *const pnames[] = {"prepare", "create", "open",  "run_state", "hash",   "dset_meta", "dset_write",
-                                       "agree",   "close",  "fsync", "rename",    "retain", "total"};
+                                       "agree",   "close",  "fsync", "rename",    "retain", "total",     "cpu"};
   enum { NPROF = sizeof pnames / sizeof *pnames };
   _Static_assert(sizeof(FmCkptProfile) == NPROF * sizeof(double), "one name per profile field");
   double best = 1e30;

@@ -37,7 +37,8 @@
  * fsyncs the directory. A crash at any point leaves the previous step_*.h5
  * and `latest` intact; a .partial is never loaded. Then the oldest
  * checkpoints beyond `keep` and stale .partial files of earlier steps are
- * removed. A failed write removes its .partial and latest.tmp.
+ * removed, on a thread of rank 0 that the next write, fm_ckpt_list and the
+ * process's exit wait for. A failed write removes its .partial and latest.tmp.
  *
  * Disk full: the reservation is the one place a full disk shows (ENOSPC on
  * rank 0, agreed before any collective I/O), so no rank meets ENOSPC inside
@@ -126,9 +127,11 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
  * the digests' exchange), dataset creation and attributes, the collective
  * data writes, the agreements after each dataset, the close (HDF5's flush of
  * metadata and truncation), then rank 0's commit: the file's fsync, the
- * renames with the directory's fsyncs, and retention. total is the call. */
+ * renames with the directory's fsyncs, and retention. total is the call;
+ * cpu the process's CPU seconds in it (user + system: the page-cache copy
+ * is system time). */
 typedef struct FmCkptProfile {
-  double prepare, create, open, run_state, hash, dset_meta, dset_write, agree, close, fsync, rename, retain, total;
+  double prepare, create, open, run_state, hash, dset_meta, dset_write, agree, close, fsync, rename, retain, total, cpu;
 } FmCkptProfile;
 void fm_ckpt_last_profile(FmCkptProfile *p);
 

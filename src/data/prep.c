@@ -227,12 +227,16 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   p.log = world->rank == 0 ? log : NULL;
   p.t0 = p.t_last = fm_now_s();
   FILE *err = world->rank == 0 ? stderr : NULL;
+  /* ranks leave MPI start-up and the tokenizer's load unevenly: wait asleep, not in the agreeing collectives'
+   * polling (tens of CPU-ms a rank at 2 ranks on a loaded machine) */
+  fm__idle_barrier(world);
   int rc = agree(world, fm__prep_configure(&p, err));
   if (!rc) rc = fm__prep_expand_inputs(&p);
   if (!rc) {
     int lr = fm_tok_load(&p.tok, deck->c.prep.tokenizer, err);
     if (lr && err)
       fprintf(err, "hint: &prep tokenizer names a tokenizer.json, a *.tiktoken file or a GPT-2 directory\n");
+    fm__idle_barrier(world);
     rc = agree(world, lr);
   }
   if (!rc) {

@@ -236,6 +236,27 @@ void fm_sha256_x2(const void *m0, const void *m1, size_t n, uint8_t out0[32], ui
   fm_sha256_final(&s1, out1);
 }
 
+void fm_sha256_update_x2(FmSha256 *a, const void *pa, FmSha256 *b, const void *pb, size_t n) {
+  const uint8_t *p0 = pa, *p1 = pb;
+  if (!compress_blocks) compress_blocks = pick_compress();
+#ifdef FM_SHA_X86
+  if (a->nbuf == b->nbuf && compress_blocks == compress_blocks_shani) {
+    size_t k = a->nbuf ? (64 - a->nbuf < n ? 64 - a->nbuf : n) : 0; /* the partial blocks completed, one each */
+    fm_sha256_update(a, p0, k);
+    fm_sha256_update(b, p1, k);
+    p0 += k, p1 += k, n -= k;
+    if (n >= 64) { /* here both buffers are empty: whole blocks side by side */
+      const size_t nb = n / 64;
+      compress_blocks_shani_x2(a->h, p0, b->h, p1, nb);
+      a->nbytes += nb * 64, b->nbytes += nb * 64;
+      p0 += nb * 64, p1 += nb * 64, n -= nb * 64;
+    }
+  }
+#endif
+  fm_sha256_update(a, p0, n);
+  fm_sha256_update(b, p1, n);
+}
+
 void fm_hex(const uint8_t *bytes, size_t n, char *hex) {
   static const char d[] = "0123456789abcdef";
   for (size_t i = 0; i < n; i++) hex[2 * i] = d[bytes[i] >> 4], hex[2 * i + 1] = d[bytes[i] & 15];

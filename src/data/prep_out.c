@@ -312,21 +312,19 @@ typedef struct Sums {
   FmSha256 ctx[FM_SHARD_NDSETS];
 } Sums;
 
-static const size_t dset_esize[FM_SHARD_NDSETS] = {4, 1, 4, 4};
-
 /* Shard elements [e0, e1), held in b from element b0 on, into the pieces this rank hashes. */
 static void sums_feed(Sums *m, const RowBuf *b, int64_t b0, int64_t e0, int64_t e1) {
-  const void *data[FM_SHARD_NDSETS] = {b->tok, b->mask, b->seg, b->pos};
   for (int64_t e = e0; e < e1;) {
     int64_t q = e / FM_SHA_PIECE, pe = (q + 1) * FM_SHA_PIECE < m->nel ? (q + 1) * FM_SHA_PIECE : m->nel;
     int64_t end = pe < e1 ? pe : e1;
     if (q >= m->next && m->mine[q]) {
-      for (int d = 0; d < m->nd; d++) {
-        if (e == q * FM_SHA_PIECE) fm_sha256_init(&m->ctx[d]);
-        fm_sha256_update(&m->ctx[d], (const uint8_t *)data[d] + (size_t)(e - b0) * dset_esize[d],
-                         (size_t)(end - e) * dset_esize[d]);
-        if (end == pe) fm_sha256_final(&m->ctx[d], m->dig + (size_t)(d * m->np + q) * 32);
-      }
+      const size_t at = (size_t)(e - b0), len = (size_t)(end - e);
+      for (int d = 0; d < m->nd && e == q * FM_SHA_PIECE; d++) fm_sha256_init(&m->ctx[d]);
+      /* tokens and segment ids side by side (4-byte elements: the same bytes buffered), then the others */
+      fm_sha256_update_x2(&m->ctx[0], b->tok + at, &m->ctx[2], b->seg + at, len * 4);
+      fm_sha256_update(&m->ctx[1], b->mask + at, len);
+      if (m->nd > 3) fm_sha256_update(&m->ctx[3], b->pos + at, len * 4);
+      for (int d = 0; d < m->nd && end == pe; d++) fm_sha256_final(&m->ctx[d], m->dig + (size_t)(d * m->np + q) * 32);
       if (end == pe) m->next = q + 1;
     }
     e = end;

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fmhpc/data.h" /* fm__idle_barrier */
 #include "fmhpc/hash.h"
 
 enum { WHY = 12288 }; /* messages hold two paths */
@@ -498,6 +499,7 @@ static int array_write(H5 *h, const char *group, const FmTensorTable *tab, const
     const int64_t x = a > lo ? a : lo, y = b < hi ? b : hi;
     if (y > x) rc = part_write(h, group, ds[i], tab, i, &g, base, lo, x, y);
   }
+  fm__idle_barrier(h->comm); /* the ranks finish unevenly: the first waits asleep, not polling a core away */
   rc = agree(h->comm, rc, h->why);
   if (!rc) {
     t0 = fm_now_s();

@@ -125,7 +125,7 @@ fi
 
 # checkpoint write vs dd conv=fsync of the same bytes to the same disk
 if run ckpt bash "$ROOT/bench/ckpt/run.sh" "$BUILD" 2 "$CK_REPS" "$CK_LAYERS"; then
-  f=$(grep '^RESULT ckpt' "$LOGS/ckpt") d=$(grep '^RESULT dd' "$LOGS/ckpt")
+  f=$(grep '^RESULT ckpt' "$LOGS/ckpt") d=$(grep '^RESULT dd ' "$LOGS/ckpt")
   row "ckpt write GPT-2 124M + AdamW ($(num bytes "$f") B)" "$(num mib_s "$f") MiB/s" "dd conv=fsync $(num mib_s "$d") MiB/s" \
     "$(ratio "$(num mib_s "$f")" "$(num mib_s "$d")")" ">= 0.8x"
 fi

@@ -13,7 +13,7 @@ REPS="${3:-2}"
 LAYERS="${4:-12}"
 OUT="$(mktemp -d)"
 if [ -n "${5:-}" ]; then DIR="$5"; mkdir -p "$DIR"; MADE=""; else DIR="$(mktemp -d)"; MADE="$DIR"; fi
-trap 'rm -rf "$OUT" "$DIR"/step_* "$DIR"/latest "$DIR"/latest.tmp "$DIR"/dd.bin ${MADE:+"$MADE"}' EXIT
+trap 'rm -rf "$OUT" "$DIR"/step_* "$DIR"/latest "$DIR"/latest.tmp "$DIR"/dd.bin "$DIR"/dd_kept.bin ${MADE:+"$MADE"}' EXIT
 mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/ckpt/bench_ckpt.c" \
   "$BUILD/libfmhpc_lib.a" $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$OUT/bench_ckpt"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -32,9 +32,18 @@ for _ in $(seq "$REPS"); do
   best=$(awk -v a="$best" -v b="$t" 'BEGIN { print (a == "" || b < a) ? b : a }')
 done
 dd_mib=$(awk -v b="$bytes" -v t="$best" 'BEGIN { printf "%.1f", b / t / 1048576 }')
+# dd once more into a new file while dd.bin stays, as a checkpoint is written while the previous one stays:
+# the repeats above reuse the page cache that the removed dd.bin freed, which on some machines costs far less
+# than fresh pages (a KVM guest here: 0.8 s after the rm, 2.6-4.8 s beside the kept file). Not the goal's peer.
+s=$(date +%s.%N)
+dd if=/dev/zero of="$DIR/dd_kept.bin" bs=1M count=$(((bytes + 1048575) / 1048576)) conv=fsync status=none
+e=$(date +%s.%N)
+rm -f "$DIR/dd_kept.bin"
+kept=$(awk -v b="$bytes" -v s="$s" -v e="$e" 'BEGIN { printf "seconds=%.3f mib_s=%.1f", e - s, b / (e - s) / 1048576 }')
 echo "$f"
 grep "^PROFILE" <<<"$prof" || true
 echo "RESULT dd bytes=$bytes seconds=$best mib_s=$dd_mib"
+echo "RESULT dd_kept bytes=$bytes $kept (a new file beside the last dd.bin, as a checkpoint beside the previous one)"
 awk -v f="$(grep -o ' mib_s=[0-9.]*' <<<"$f" | cut -d= -f2)" -v d="$dd_mib" -v dir="$DIR" 'BEGIN {
   printf "checkpoint write to %s: fmhpc %.1f MiB/s, dd conv=fsync %.1f MiB/s: %.0f%% (goal >= 80%%: %s)\n",
          dir, f, d, 100 * f / d, (f / d >= 0.8) ? "met" : "NOT met" }'

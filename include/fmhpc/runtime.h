@@ -142,7 +142,8 @@ void fm_comm_osum_free(FmOwnerSum *x);
  * sums and parameter all-gather, reduce.c). *out stays NULL, and the caller
  * keeps its point-to-point path, when c is not "mpi", has one rank, spans
  * nodes (a node holds fewer than all of c's ranks), FMHPC_REDUCE_SHM=0 on some
- * rank, or the test knob fm__comm_mpi_set_shm turned it off. Collective over
+ * rank, the test knob fm__comm_mpi_set_shm turned it off, or some rank's
+ * /dev/shm cannot hold its node's window (rank 0 logs that). Collective over
  * c; FM_EMPI after a report when MPI fails (the window's allocation: the
  * node's shared-memory file system, /dev/shm, may be full or small). */
 typedef struct FmShm FmShm;

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 static int64_t max_count = INT_MAX; /* elements per MPI call */
 static int64_t ncalls = 0;          /* MPI collectives issued here */
@@ -536,21 +537,36 @@ struct FmShm {
   bool locked; /* inside the window's one lock_all epoch */
 };
 
-/* Whether every rank of c is in this rank's node: the node communicator is
- * kept in *node when so (and the knobs allow), else freed. Agreed over c (the
- * knob and FMHPC_REDUCE_SHM may differ between ranks). */
-static int shm_node(FmComm *c, MPI_Comm *node) {
+/* Whether /dev/shm, where Open MPI (osc_sm_backing_directory) and MPICH map
+ * shared windows on Linux, has room for the node's window: containers often
+ * give it 64 MiB, and a failed allocation would end the run where the ring
+ * works. No /dev/shm: MPI's own place, assumed to fit. */
+static int shm_fits(int64_t node_bytes) {
+  struct statvfs v;
+  if (statvfs("/dev/shm", &v) != 0) return 1;
+  return (double)v.f_bavail * (double)v.f_frsize >= (double)node_bytes;
+}
+
+/* Whether every rank of c is in this rank's node and the window fits: the
+ * node communicator is kept in *node when so (and the knobs allow), else
+ * freed. Agreed over c (the knob and FMHPC_REDUCE_SHM may differ between
+ * ranks). */
+static int shm_node(FmComm *c, int64_t bytes, MPI_Comm *node) {
   const char *env = getenv("FMHPC_REDUCE_SHM");
-  int mine = shm_enabled && !(env && strcmp(env, "0") == 0), all = 0, nsize = 0;
+  int mine[2] = {shm_enabled && !(env && strcmp(env, "0") == 0), 1}, all[2] = {0, 0}, nsize = 0;
   *node = MPI_COMM_NULL;
   if (shm_ranks_per_node > 0)
     COMM_MPI_CALL(MPI_Comm_split(c->mpi, c->rank / shm_ranks_per_node, c->rank, node));
   else
     COMM_MPI_CALL(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, node));
   COMM_MPI_CALL(MPI_Comm_size(*node, &nsize));
-  mine = mine && nsize == c->size;
-  COMM_MPI_CALL(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, c->mpi));
-  if (!all) MPI_Comm_free(node);
+  mine[0] = mine[0] && nsize == c->size;
+  mine[1] = !mine[0] || shm_fits(bytes * nsize);
+  COMM_MPI_CALL(MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MIN, c->mpi));
+  if (all[0] && !all[1])
+    fm_log0("reduce: /dev/shm cannot hold the shared window (%lld bytes a rank): the exact sums take the ring",
+            (long long)bytes);
+  if (!all[0] || !all[1]) MPI_Comm_free(node);
   return 0;
 }
 
@@ -558,7 +574,7 @@ int fm_comm_shm_create(FmComm *c, int64_t bytes, FmShm **out) {
   *out = NULL;
   if (!c->kind || strcmp(c->kind, "mpi") != 0 || c->size < 2 || bytes <= 0) return 0;
   MPI_Comm node;
-  int rc = shm_node(c, &node);
+  int rc = shm_node(c, bytes, &node);
   if (rc || node == MPI_COMM_NULL) return rc;
   FmShm *x = fm_xcalloc(1, sizeof *x);
   x->c = c;
@@ -578,9 +594,10 @@ int fm_comm_shm_create(FmComm *c, int64_t bytes, FmShm **out) {
   if (e != MPI_SUCCESS) {
     fm_comm_shm_free(x);
     rc = report_mpi("MPI_Win_allocate_shared (reduction window)", __FILE__, __LINE__, e);
-    fm_err("the exact reduction's shared-memory window (%lld bytes on this rank) could not be allocated\n"
-           "hint: the node's /dev/shm may be too small (df -h /dev/shm); FMHPC_REDUCE_SHM=0 sums over the ring instead",
-           (long long)bytes);
+    fm_err(
+        "the exact reduction's shared-memory window (%lld bytes on this rank) could not be allocated\n"
+        "hint: the node's /dev/shm may be too small (df -h /dev/shm); FMHPC_REDUCE_SHM=0 sums over the ring instead",
+        (long long)bytes);
     return rc;
   }
   *out = x;

@@ -52,8 +52,9 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
   if (g->shm) {
     g->acc = fm_comm_shm_part(g->shm, g->r);
     g->gather = shm_gather_of(g, g->r);
-    /* zero (the padding past each range stays so) and touched once here, not in the first step */
-    memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc + (size_t)g->S * sizeof *g->gather);
+    /* not zeroed here: only [0, len) of a slot is ever read, every read value is first
+     * written (the first micro-batch stores; a rank with none zeroes in fm_reduce_finish),
+     * and pages untouched stay unbacked (the NCCL path never uses the window) */
   } else if (exact) {
     g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
     g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
@@ -493,7 +494,7 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     g->redone++;
     return 1;
   }
-  if (g->fresh && !on_dev) /* no micro-batch on this rank: its sums are zero */
+  if (g->fresh && !g->bucketed && !on_dev) /* no micro-batch on this rank (buckets store fresh too): zero sums */
     memset(g->acc, 0, (size_t)(g->P * g->S) * sizeof *g->acc);
   g->fresh = false;
   if (on_dev) g->dev->copy_to_host(g->acc, g->d_acc, g->P * g->S * (int64_t)sizeof *g->acc);

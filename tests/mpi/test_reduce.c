@@ -393,3 +393,41 @@ FM_TEST(shm_empty_shards_and_idle_ranks) {
   free(w);
   free(want);
 }
+
+/* One micro-batch per rank (M = P), given only through buckets, as train.c
+ * does when a rank's only micro-batch is its last: the buckets store into the
+ * fresh accumulator, and fm_reduce_finish must not take the rank for one that
+ * added nothing (it zeroed the stored sums: an all-zero gradient, found in
+ * review). Two steps, each against the exact double sum. */
+FM_TEST(one_microbatch_per_rank_bucketed) {
+  FmComm *c = world();
+  const int64_t MM = c->size;
+  for (int v = 0; v < NVIA; v++) {
+    FmReduce red;
+    const int old = fm__comm_mpi_set_shm(v == VIA_SPLIT || v == VIA_SHM, v == VIA_SPLIT ? 1 : 0);
+    FM_REQUIRE(fm_reduce_create(&red, NPARAM, MM, true, c) == 0);
+    fm__comm_mpi_set_shm(old, 0);
+    float *grad = fm_xcalloc(NPARAM, sizeof *grad), *shard = fm_xcalloc((size_t)red.S, sizeof *shard);
+    const int64_t lo = fm_reduce_lo(&red), len = fm_reduce_hi(&red) - lo;
+    for (int step = 0; step < 2; step++) {
+      bool nonfinite = false;
+      do {
+        fm_reduce_begin(&red);
+        fill(grad, c->rank);
+        for (int k = NCUTS - 1; k > 0; k--) fm_reduce_bucket(&red, grad, cuts[k - 1], cuts[k]);
+      } while (fm_reduce_finish(&red, grad, shard, &nonfinite));
+      FM_EXPECT(!nonfinite);
+      int64_t bad = 0;
+      for (int64_t i = lo; i < lo + len; i++) {
+        double sum = 0;
+        for (int64_t m = 0; m < MM; m++) sum += (double)grad_value(m, i);
+        const float want = (float)sum;
+        bad += memcmp(&want, &shard[i - lo], sizeof want) != 0;
+      }
+      FM_EXPECT_EQ_INT(bad, 0);
+    }
+    free(grad);
+    free(shard);
+    fm_reduce_free(&red);
+  }
+}

@@ -490,8 +490,8 @@ static int array_write(H5 *h, const char *group, const FmTensorTable *tab, const
     if (fsp >= 0) H5Sclose(fsp);
     rc = ds[nopen] < 0 || attr_i64(ds[nopen], "flat_offset", t->offset) ? FM_EHDF5 : 0;
     if (rc && !h->why[0]) snprintf(h->why, WHY, "%s: cannot create dataset %s", h->path, name);
-    rc = agree(h->comm, rc, h->why);
-    if (ds[nopen] < 0) break;
+    rc = agree(h->comm, rc, h->why); /* agreed: every rank leaves the loop after the same dataset, so the
+                                         closes below are the same set (a failed create is ds < 0, skipped) */
   }
   prof_add(&g_prof.dset_meta, t0);
   for (int i = 0; i < tab->n && !rc; i++) {

@@ -184,7 +184,7 @@ for P in (2, 4):
         row("reduce exact P=%d %s, exchange alone (ring: across nodes)" % (P, n), ms(rb_, "exact_ms", "exact_cpu_s"),
             ms(ra_, "ring_ms", "ring_cpu_s"), peer, b1, a1r, "<= 1.5x", met_le(va1r, 1.5))
     a2, va2 = rat(ra_, "bucket_ms", "bucket_cpu_s")
-    row("reduce exact P=%d %s, exchange alone (buckets, owner sums)" % (P, n), "- (no buckets)",
+    row("reduce exact P=%d %s, exchange alone (buckets: %s)" % (P, n, "ranges quantised, owners sum from the window" if how == "shared-memory window" else "owner sums over point-to-point"), "- (no buckets)",
         ms(ra_, "bucket_ms", "bucket_cpu_s"), peer, "-", a2, "<= 1.5x", met_le(va2, 1.5))
     b3, _ = rat(rb_, "fast_ms", "fast_cpu_s")
     a3, _ = rat(ra_, "fast_ms", "fast_cpu_s")

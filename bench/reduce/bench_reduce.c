@@ -7,9 +7,10 @@
  * through a shared-memory window, fm_comm_shm), with fmhpc's pipelined int64
  * ring reduce-scatter (the window turned off: what ranks across nodes do), with
  * MPI_Reduce_scatter_block (the ring's before/after), and given in BUCKETS
- * ranges from the end of the vector to its start (fm_reduce_bucket: owner sums
- * over nonblocking point-to-point, what the train loop does during the
- * backward pass; here back to back, with no backward to hide behind: the raw
+ * ranges from the end of the vector to its start (fm_reduce_bucket, what the
+ * train loop does during the backward pass: with the window the ranges are
+ * only quantised and the owners sum in fm_reduce_finish; across nodes, owner
+ * sums over nonblocking point-to-point; here back to back, with no backward to hide behind: the raw
  * cost of that schedule). Run under mpirun by run.sh.
  *   bench_reduce N_PARAMS REPS
  * (bench/before_after.sh builds an earlier tree's own copy of this file when

@@ -136,6 +136,25 @@ FM_TEST(implementations_agree) {
   free(m);
 }
 
+/* The messages and lengths of the hashlib value below (see its comment): the
+ * 3 MiB xorshift message (returned, malloc'd) and the lengths in lens, *nl of
+ * them (HASHLIB_NLENS, which the tests check). */
+#define HASHLIB_NLENS 315
+static uint8_t *hashlib_fixture(size_t lens[HASHLIB_NLENS], size_t *count) {
+  const size_t N = 3 << 20;
+  uint8_t *m = malloc(N);
+  uint64_t x = 88172645463325252ULL;
+  for (size_t i = 0; i < N; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, m[i] = (uint8_t)x;
+  size_t nl = 0;
+  for (size_t n = 0; n < 300; n++) lens[nl++] = n;
+  static const size_t ks[] = {5, 16, 100, 1023};
+  for (size_t k = 0; k < 4; k++)
+    for (size_t d = 0; d < 3; d++) lens[nl++] = 64 * ks[k] + d - 1; /* -1, 0, +1 */
+  lens[nl++] = 262144, lens[nl++] = 262145, lens[nl++] = (1 << 20) + 13;
+  *count = nl;
+  return m;
+}
+
 /* fm_sha256_x2 (two messages of one length at once, the checkpoint pieces'
  * path) and fm_sha256 on 315 lengths (0..299, around multiples of 64 up to
  * 64 Ki, 256 Ki +0/+1, 1 Mi + 13), each with both compressions: the digests
@@ -146,17 +165,9 @@ FM_TEST(implementations_agree) {
  *   for n: sha256(m[n%7 : n%7+n]).digest(), sha256(m[1000+n : 1000+2n]).digest()
  * A CPU without the SHA extensions runs the portable path only and says so. */
 FM_TEST(x2_and_lengths_match_hashlib) {
-  const size_t N = 3 << 20;
-  uint8_t *m = malloc(N);
-  uint64_t x = 88172645463325252ULL;
-  for (size_t i = 0; i < N; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, m[i] = (uint8_t)x;
-  size_t lens[320], nl = 0;
-  for (size_t n = 0; n < 300; n++) lens[nl++] = n;
-  static const size_t ks[] = {5, 16, 100, 1023};
-  for (size_t k = 0; k < 4; k++)
-    for (size_t d = 0; d < 3; d++) lens[nl++] = 64 * ks[k] + d - 1; /* -1, 0, +1 */
-  lens[nl++] = 262144, lens[nl++] = 262145, lens[nl++] = (1 << 20) + 13;
-  FM_EXPECT(nl == 315);
+  size_t lens[HASHLIB_NLENS], nl = 0;
+  uint8_t *m = hashlib_fixture(lens, &nl);
+  FM_EXPECT(nl == HASHLIB_NLENS);
   int nimpl = 0;
   for (int which = 0; which < 2; which++) {
     const char *name = fm__sha256_impl(which);
@@ -201,16 +212,9 @@ FM_TEST(x2_and_lengths_match_hashlib) {
  * buffered bytes differ (one fed 5 bytes first: the one-at-a-time path) give
  * what fm_sha256_update gives. */
 FM_TEST(update_x2_in_pieces) {
-  const size_t N = 3 << 20;
-  uint8_t *m = malloc(N);
-  uint64_t x = 88172645463325252ULL;
-  for (size_t i = 0; i < N; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, m[i] = (uint8_t)x;
-  size_t lens[320], nl = 0;
-  for (size_t n = 0; n < 300; n++) lens[nl++] = n;
-  static const size_t ks[] = {5, 16, 100, 1023};
-  for (size_t k = 0; k < 4; k++)
-    for (size_t d = 0; d < 3; d++) lens[nl++] = 64 * ks[k] + d - 1;
-  lens[nl++] = 262144, lens[nl++] = 262145, lens[nl++] = (1 << 20) + 13;
+  size_t lens[HASHLIB_NLENS], nl = 0;
+  uint8_t *m = hashlib_fixture(lens, &nl);
+  FM_EXPECT(nl == HASHLIB_NLENS);
   int nimpl = 0;
   for (int which = 0; which < 2; which++) {
     const char *name = fm__sha256_impl(which);

@@ -17,11 +17,16 @@ def read(name):
     return open(p).read() if os.path.exists(p) else ""
 
 
+def pairs(line):
+    """A RESULT line's numeric key=value pairs."""
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)", line)}
+
+
 def kv(text, prefix):
     """key=value pairs of the first line starting with prefix ({} when none)."""
     for line in text.splitlines():
         if line.startswith(prefix):
-            return {k: float(v) for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)", line)}
+            return pairs(line)
     return {}
 
 
@@ -308,7 +313,7 @@ def best_of(name, prefix):
     best = {}
     for line in read(name).splitlines():
         if line.startswith(prefix):
-            r = {k: float(v) for k, v in re.findall(r"(\w+)=([-0-9.eE+]+)", line)}
+            r = pairs(line)
             if r.get("mib_s", 0) > best.get("mib_s", 0):
                 best = r
     return best

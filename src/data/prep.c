@@ -30,13 +30,15 @@ static int pack_window(Prep *p, int64_t w) {
     /* the rows of the last window are overwritten: no allocation (and no
      * fresh pages to zero) once the buffers have grown to a window's size */
     pk[s].rows = pk[s].docs = pk[s].tokens_real = pk[s].padding = pk[s].dropped_docs = pk[s].dropped_tokens = 0;
+    pk[s].npiece = 0;
+    pk[s].lean = true; /* the window file keeps tokens, segment lengths and an odd mask: nothing else is built */
     if (p->ndoc[s] + 1 > p->docscap) {
       p->docscap = 2 * (p->ndoc[s] + 1);
       p->docs = fm_xrealloc(p->docs, (size_t)p->docscap * sizeof *p->docs);
     }
-    for (int64_t i = 0; i < p->ndoc[s]; i++) {
+    for (int64_t i = 0; i < p->ndoc[s]; i++) { /* text mode: every id's mask is 1, which a NULL mask says */
       int64_t a = p->doff[s][2 * i], b = p->doff[s][2 * i + 1];
-      p->docs[i] = (FmDoc){p->ids + a, p->mask + a, b - a};
+      p->docs[i] = (FmDoc){p->ids + a, p->sft ? p->mask + a : NULL, b - a};
     }
     fm_pack(&pk[s], p->docs, p->ndoc[s], p->R - 1, p->packing, p->pos, p->pad);
   }
@@ -116,8 +118,8 @@ static int finish_window(Prep *p, int64_t w, int active, int64_t raw_bytes, int 
   bool done = access(fin, F_OK) == 0;
   free(fin);
   int rc = done ? 0 : do_window(p, w);
-  for (int64_t q = 0; q < p->nrec; q++) free(p->rec[q].text);
   p->nrec = 0;
+  p->rtlen = 0;
   if (!done && !rc) {
     p->done_docs += p->stat[ST_docs_train] + p->stat[ST_docs_valid];
     p->done_tokens += p->stat[ST_tokens_train] + p->stat[ST_tokens_valid];
@@ -153,7 +155,14 @@ static int phase_windows(Prep *p, int64_t *nrecords, bool *stopped) {
         p->reccap = 2 * p->reccap + 64;
         p->rec = fm_xrealloc(p->rec, (size_t)p->reccap * sizeof *p->rec);
       }
-      p->rec[p->nrec++] = (Record){i, lineno, fm_xstrndup(line, len), len};
+      if (p->rtlen + len + 1 > p->rtcap) {
+        p->rtcap = 2 * (p->rtlen + len + 1);
+        p->rtext = fm_xrealloc(p->rtext, p->rtcap);
+      }
+      memcpy(p->rtext + p->rtlen, line, len);
+      p->rtext[p->rtlen + len] = '\0';
+      p->rec[p->nrec++] = (Record){i, lineno, p->rtlen, len};
+      p->rtlen += len + 1;
       if (g % p->W == 0) rc = finish_window(p, w, 1, raw_done + fm_jsonl_raw_bytes(jr), &any);
     }
     if (!rc && k < 0) rc = k;
@@ -206,6 +215,7 @@ static void prep_free(Prep *p) {
   free(p->out);
   free(p->work);
   free(p->rec);
+  free(p->rtext);
   free(p->ids);
   free(p->mask);
   free(p->doff[0]);

@@ -62,7 +62,7 @@ typedef struct Section {
 typedef struct Record {
   int in;         /* input index */
   int64_t lineno; /* line in that input */
-  char *text;
+  size_t off;     /* the line in Prep.rtext */
   size_t len;
 } Record;
 
@@ -97,6 +97,8 @@ typedef struct Prep {
   /* window being built */
   Record *rec;
   int64_t nrec, reccap;
+  char *rtext; /* the window's lines, each NUL-terminated; kept across windows */
+  size_t rtlen, rtcap;
   /* encoded documents of one window: ids and masks, offsets per doc */
   int32_t *ids;
   int64_t nids, idcap;

@@ -72,56 +72,16 @@ static void wseg_reserve(Prep *p, int64_t n) {
   p->wseg = fm_xrealloc(p->wseg, (size_t)p->wsegcap * sizeof *p->wseg);
 }
 
-/* The segments of pk's rows appended to p->wseg at `at`: a count per row,
- * then every length. Sets the number of lengths and whether the mask must be
- * stored. Checks that every row is segments 1..k from column 0 on, then
- * padding, with the position ids of p->pos: what read_window_rows rebuilds. */
-static int row_segments(Prep *p, const FmPacked *pk, int64_t at, int64_t *nsegs, int64_t *mask_stored) {
-  int64_t R = p->R, rows = pk->rows, n = 0;
-  bool cont = p->pos == FM_POS_CONTINUOUS;
-  uint8_t odd = 0;
-  wseg_reserve(p, at + rows);
-  for (int64_t r = 0; r < rows; r++) {
-    const int32_t *seg = pk->segment_ids + r * R, *pos = pk->position_ids + r * R;
-    const uint8_t *m = pk->loss_mask + r * R;
-    wseg_reserve(p, at + rows + n + R);
-    int32_t k = 0, *len = p->wseg + at + rows;
-    int64_t t = 0;
-    while (t < R && seg[t] != 0) {
-      if (seg[t] != k + 1) return FM_EINVAL;
-      int64_t e = t;
-      int32_t bad = 0;
-      for (; e < R && seg[e] == k + 1; e++) {
-        bad |= pos[e] != (int32_t)(cont ? e : e - t);
-        odd |= (uint8_t)(m[e] ^ 1);
-      }
-      if (bad) return FM_EINVAL;
-      len[n++] = (int32_t)(e - t);
-      k++;
-      t = e;
-    }
-    for (; t < R; t++) {
-      if (seg[t] != 0 || pos[t] != (int32_t)(cont ? t : 0)) return FM_EINVAL;
-      odd |= m[t];
-    }
-    p->wseg[at + r] = k;
-  }
-  *nsegs = n;
-  *mask_stored = odd != 0;
-  return 0;
-}
-
 int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   char *part = fm__prep_win_path(p, w, true), *fin = fm__prep_win_path(p, w, false);
   int64_t hdr[3] = {p->R, p->pos != FM_POS_NONE, NSTAT}, sec[2][2] = {{0, 0}, {0, 0}};
-  for (int s = 0; s < 2; s++)
-    if (row_segments(p, &pk[s], s ? pk[0].rows + sec[0][0] : 0, &sec[s][0], &sec[s][1])) {
-      fm_err("internal: window %lld: packed rows are not segments then padding; the window file cannot hold them",
-             (long long)w);
-      free(part);
-      free(fin);
-      return FM_EINVAL;
-    }
+  /* per split: its rows' segment counts, then their lengths (fm_pack_segments), after the train split's */
+  wseg_reserve(p, pk[0].rows + pk[0].npiece + pk[1].rows + pk[1].npiece);
+  for (int s = 0; s < 2; s++) {
+    sec[s][0] = pk[s].npiece;
+    sec[s][1] = pk[s].mask_odd;
+    fm_pack_segments(&pk[s], p->wseg + (s ? pk[0].rows + pk[0].npiece : 0));
+  }
   FILE *f = fopen(part, "wb");
   int rc = f ? 0 : FM_EIO;
   if (!rc) rc = write_all(f, win_magic, 8);

@@ -134,6 +134,7 @@ static int encode(Prep *p, const char *text, size_t n, bool special, uint8_t m) 
   int64_t before = p->nids;
   int64_t k = fm_tok_encode(p->tok, text, n, special, &p->ids, &p->nids, &p->idcap);
   if (k < 0) return (int)k;
+  if (!p->sft) return 0; /* text mode keeps no mask: every id is trained */
   if (p->maskcap < p->idcap) {
     p->maskcap = p->idcap;
     p->mask = fm_xrealloc(p->mask, (size_t)p->maskcap);
@@ -147,11 +148,15 @@ static int push_eos(Prep *p, uint8_t m) {
     p->idcap = p->idcap * 2 + 1024;
     p->ids = fm_xrealloc(p->ids, (size_t)p->idcap * sizeof *p->ids);
   }
+  p->ids[p->nids] = p->eos;
+  if (!p->sft) { /* text mode keeps no mask: every id is trained */
+    p->nids++;
+    return 0;
+  }
   if (p->maskcap < p->idcap) {
     p->maskcap = p->idcap;
     p->mask = fm_xrealloc(p->mask, (size_t)p->maskcap);
   }
-  p->ids[p->nids] = p->eos;
   p->mask[p->nids++] = m;
   return 0;
 }
@@ -224,11 +229,12 @@ static int encode_sft(Prep *p, const Turn *turns, int n, Bad *bad) {
 int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
   FmJsonDoc doc;
   FmJsonError je;
-  if (fm_json_parse(&doc, r->text, r->len, 64, &je)) {
+  const char *text = p->rtext + r->off;
+  if (fm_json_parse(&doc, text, r->len, 64, &je)) {
     /* bad UTF-8 is named as such, before JSON errors (a line that parses is
      * valid UTF-8: the parser checks every string, and JSON outside strings
      * is ASCII, so only a failed line needs the whole-line check) */
-    int64_t badoff = fm_utf8_check(r->text, r->len);
+    int64_t badoff = fm_utf8_check(text, r->len);
     if (badoff >= 0)
       snprintf(bad->why, sizeof bad->why, "invalid UTF-8 at byte %lld of the line", (long long)badoff + 1);
     else
@@ -294,8 +300,9 @@ int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
   p->doff[split][2 * p->ndoc[split]] = start; /* [start, end) in the window buffer */
   p->doff[split][2 * p->ndoc[split]++ + 1] = p->nids;
   p->stat[ST_chars] += chars;
-  int64_t trained = 0; /* summed here: a uint8_t pointer may alias p->stat, which the loop would store every id */
-  for (int64_t i = start; i < p->nids; i++) trained += p->mask[i];
+  int64_t trained = p->sft ? 0 : p->nids - start; /* text mode: every id */
+  /* summed here: a uint8_t pointer may alias p->stat, which the loop would store every id */
+  for (int64_t i = start; p->sft && i < p->nids; i++) trained += p->mask[i];
   p->stat[split ? ST_trained_valid : ST_trained_train] += trained;
   return 0;
 }

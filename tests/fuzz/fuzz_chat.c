@@ -79,7 +79,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       const uint8_t *nl = memchr(rec, '\n', (size_t)(end - rec));
       size_t n = nl ? (size_t)(nl - rec) : (size_t)(end - rec);
       char *text = fz_strndup(rec, n);
-      Record r = {0, line, text, n};
+      Record r = {0, line, 0, n}; /* the line at offset 0 of p.rtext */
+      p.rtext = text;
       Bad bad = {{0}};
       rc = fm__prep_do_record(&p, &r, &bad);
       if (rc == FM_EDATA && !bad.why[0]) {
@@ -88,13 +89,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       if (rc && rc != FM_EDATA) abort();
       free(text);
+      p.rtext = NULL;
       rec = nl ? nl + 1 : end;
     }
     for (int s = 0; s < 2; s++) {
       FmDoc *docs = malloc((size_t)(p.ndoc[s] + 1) * sizeof *docs);
       for (int64_t i = 0; i < p.ndoc[s]; i++) {
         int64_t a = p.doff[s][2 * i], b = p.doff[s][2 * i + 1];
-        docs[i] = (FmDoc){p.ids + a, p.mask + a, b - a};
+        docs[i] = (FmDoc){p.ids + a, p.sft ? p.mask + a : NULL, b - a}; /* text mode keeps no mask */
       }
       FmPacked pk;
       memset(&pk, 0, sizeof pk);

@@ -1,5 +1,8 @@
 /* test_pack.c: packings computed by hand. Rows of R = seq_len + 1 ids; docs
  * end in EOS (here 9); pad id 0; segment ids from 1 per row. */
+#include <stdlib.h>
+#include <string.h>
+
 #include "fm_test.h"
 #include "fmhpc/data.h"
 
@@ -104,4 +107,72 @@ FM_TEST(masks_follow_documents) {
   FM_EXPECT_EQ_INT(k, FM_PACK_BFD_SPLIT);
   FM_EXPECT_EQ_INT(fm_packing_parse("greedy", &k), FM_EINVAL);
   fm_packed_free(&p);
+}
+
+/* Lean packing (prep's window files) against the full packing of the same
+ * documents: the same tokens and rows; fm_pack_segments gives, per row, the
+ * lengths of the runs of equal nonzero segment ids of the full packing; the
+ * mask is kept exactly when a document has one, equal to the full mask then,
+ * and mask_odd says whether a packed id's mask is not 1. Random documents
+ * (lengths 0..3R, ids, masks), every packing. */
+FM_TEST(lean_packing_matches_the_full_one) {
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  int nchecked = 0;
+  for (int trial = 0; trial < 300; trial++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    int64_t seq = 1 + (int64_t)(s >> 59), R = seq + 1, n = 1 + (int64_t)((s >> 40) % 24); /* R in 2..33 */
+    int masks = (int)((s >> 20) % 3);                                                     /* none, all 1, some 0 */
+    FmDoc d[24];
+    int32_t tok[24][100];
+    uint8_t msk[24][100];
+    for (int64_t i = 0; i < n; i++) {
+      s = s * 6364136223846793005ull + 1442695040888963407ull;
+      int64_t len = (int64_t)((s >> 33) % (uint64_t)(3 * R + 1));
+      for (int64_t t = 0; t < len; t++) {
+        tok[i][t] = (int32_t)((s >> (t % 40)) & 1023) + 1;
+        msk[i][t] = (uint8_t)(masks == 2 ? (s >> (t % 50 + 3)) & 1 : 1);
+      }
+      d[i] = (FmDoc){tok[i], masks ? msk[i] : NULL, len};
+    }
+    for (int how = 0; how < 3; how++) {
+      FmPacked full = {0}, lean = {0};
+      lean.lean = true;
+      FM_REQUIRE(fm_pack(&full, d, n, seq, (FmPacking)how, FM_POS_DOC_RESET, 7) == 0);
+      FM_REQUIRE(fm_pack(&lean, d, n, seq, (FmPacking)how, FM_POS_DOC_RESET, 7) == 0);
+      FM_REQUIRE(lean.rows == full.rows);
+      FM_EXPECT_EQ_INT(lean.tokens_real, full.tokens_real);
+      FM_EXPECT_EQ_INT(lean.padding, full.padding);
+      FM_EXPECT_EQ_INT(lean.docs, full.docs);
+      FM_EXPECT_EQ_INT(lean.dropped_docs, full.dropped_docs);
+      FM_EXPECT(full.rows == 0 || memcmp(lean.tokens, full.tokens, (size_t)(full.rows * R) * 4) == 0);
+      FM_EXPECT_EQ_INT(lean.has_mask, masks != 0);
+      bool odd = false;
+      for (int64_t e = 0; e < full.rows * R; e++) odd |= full.segment_ids[e] != 0 && full.loss_mask[e] != 1;
+      FM_EXPECT_EQ_INT(lean.mask_odd, masks != 0 && odd);
+      if (masks && full.rows) FM_EXPECT(memcmp(lean.loss_mask, full.loss_mask, (size_t)(full.rows * R)) == 0);
+      int32_t *seg = malloc((size_t)(lean.rows + lean.npiece + 1) * sizeof *seg);
+      fm_pack_segments(&lean, seg);
+      int64_t k = lean.rows;
+      for (int64_t r = 0; r < full.rows; r++) {
+        const int32_t *sg = full.segment_ids + r * R;
+        int32_t cnt = 0;
+        for (int64_t t = 0; t < R && sg[t];) {
+          int64_t e = t;
+          while (e < R && sg[e] == sg[t]) e++;
+          FM_EXPECT(k < lean.rows + lean.npiece);
+          if (k < lean.rows + lean.npiece) FM_EXPECT_EQ_INT(seg[k], e - t);
+          k++, cnt++, t = e;
+        }
+        FM_EXPECT_EQ_INT(seg[r], cnt);
+        nchecked++;
+      }
+      FM_EXPECT_EQ_INT(k, lean.rows + lean.npiece);
+      FM_EXPECT_EQ_INT(fm_pack(&lean, d, n, seq, (FmPacking)how, FM_POS_DOC_RESET, 7),
+                       lean.rows || lean.npiece ? FM_EINVAL : 0); /* lean: one call on an empty FmPacked */
+      free(seg);
+      fm_packed_free(&full);
+      fm_packed_free(&lean);
+    }
+  }
+  FM_EXPECT(nchecked > 1000);
 }

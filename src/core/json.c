@@ -12,6 +12,10 @@
 
 #include "fmhpc/core.h"
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 /* ---- arena: a list of big blocks -------------------------------------- */
 typedef struct Block {
   struct Block *next;
@@ -187,23 +191,82 @@ static inline uint64_t load_le64(const char *p) {
   return x;
 }
 
+/* The first quote or backslash in [p, end), or end: 16 bytes at a time with
+ * SSE2 (x86-64 has it always), else 8 at a time in a word, then bytewise. */
+static const char *quote_or_backslash(const char *p, const char *end) {
+#if defined(__SSE2__)
+  const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
+  for (; p + 16 <= end; p += 16) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, vq), _mm_cmpeq_epi8(x, vb)));
+    if (m) return p + __builtin_ctz(m); /* the lowest bit is the first such byte */
+  }
+#else
+  for (; p + 8 <= end; p += 8) {
+    uint64_t x = load_le64(p), hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES);
+    if (hit) return p + (__builtin_ctzll(hit) >> 3);
+  }
+#endif
+  while (p < end && *p != '"' && *p != '\\') p++;
+  return p;
+}
+
+/* The run of plain bytes at q (up to end: no backslash, no control byte)
+ * copied to o; returns its length and ORs its bytes into *high (bit 7: not
+ * ASCII). With SSE2 it stores 16 bytes at a time before it knows where the run
+ * ends, so o must have room for 16 bytes wherever q + 16 <= end: parse_string's
+ * output never runs ahead of its input, and its buffer is the literal's size. */
+static size_t copy_run(char *o, const char *q, const char *end, unsigned *high) {
+  const char *s = q;
+  unsigned h = 0;
+#if defined(__SSE2__)
+  const __m128i vb = _mm_set1_epi8('\\'), v1f = _mm_set1_epi8(0x1F);
+  for (; q + 16 <= end; q += 16, o += 16) {
+    __m128i x = _mm_loadu_si128((const __m128i *)(const void *)q);
+    _mm_storeu_si128((__m128i *)(void *)o, x);
+    __m128i ctl = _mm_cmpeq_epi8(_mm_max_epu8(x, v1f), v1f); /* bytes <= 0x1F */
+    unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, vb), ctl));
+    unsigned top = (unsigned)_mm_movemask_epi8(x); /* bit 7 of each byte */
+    if (m) {
+      unsigned k = (unsigned)__builtin_ctz(m);
+      *high |= h | ((top & ((1u << k) - 1)) ? 0x80u : 0);
+      return (size_t)(q - s) + k;
+    }
+    h |= top ? 0x80u : 0;
+  }
+#else
+  for (; q + 8 <= end; q += 8) {
+    uint64_t x = load_le64(q), hit = bytes_eq(x, '\\' * ONES) | bytes_ctl(x);
+    if (hit) { /* the run ends at the first flagged byte, inside this word */
+      int k = __builtin_ctzll(hit) >> 3;
+      h |= (x & ((1ull << (8 * k)) - 1) & HIGHS) ? 0x80u : 0;
+      q += k;
+      memcpy(o, s, (size_t)(q - s));
+      *high |= h;
+      return (size_t)(q - s);
+    }
+    h |= (x & HIGHS) ? 0x80u : 0;
+  }
+  memcpy(o, s, (size_t)(q - s));
+  o += q - s;
+#endif
+  while (q < end && *q != '\\' && (unsigned char)*q >= 0x20) {
+    h |= (unsigned char)*q & 0x80u;
+    *o++ = *q++;
+  }
+  *high |= h;
+  return (size_t)(q - s);
+}
+
 /* A string literal at ps->p (the opening quote). Decoded UTF-8 never grows
  * past the literal's own length, so one allocation of that size suffices.
- * The scans skip 8 bytes at a time where none is a quote, a backslash or a
- * control character (what the byte loops after them stop at). */
+ * The scans skip 16 (SSE2) or 8 bytes at a time where none is a quote, a
+ * backslash or a control character (what the byte loops after them stop at). */
 static int parse_string(Parser *ps, const char **out, size_t *outlen) {
   const char *q = ps->p + 1;
   const char *close = q;
   for (;;) {
-    uint64_t x, hit = 0;
-    for (; close + 8 <= ps->end; close += 8) {
-      x = load_le64(close);
-      if ((hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES))) break;
-    }
-    if (hit)
-      close += __builtin_ctzll(hit) >> 3; /* the lowest flag is the first such byte */
-    else
-      while (close < ps->end && *close != '"' && *close != '\\') close++;
+    close = quote_or_backslash(close, ps->end);
     if (close >= ps->end || *close == '"') break;
     close += close + 1 < ps->end ? 2 : 1; /* a backslash and the byte it escapes */
   }
@@ -222,27 +285,16 @@ static int parse_string(Parser *ps, const char **out, size_t *outlen) {
     }
     if (c != '\\') {
       const char *run = q;
-      uint64_t x, high = 0, hit = 0;
-      for (; q + 8 <= close; q += 8) {
-        x = load_le64(q);
-        if ((hit = bytes_eq(x, '\\' * ONES) | bytes_ctl(x))) break;
-        high |= x;
-      }
-      if (hit) { /* the run ends at the first flagged byte, inside this word */
-        int k = __builtin_ctzll(hit) >> 3;
-        high |= x & ((1ull << (8 * k)) - 1);
-        q += k;
-      } else {
-        while (q < close && *q != '\\' && (unsigned char)*q >= 0x20) high |= (unsigned char)*q++;
-      }
-      int64_t bad = high & HIGHS ? fm_utf8_check(run, (size_t)(q - run)) : -1; /* ASCII is valid UTF-8 */
+      unsigned high = 0;
+      size_t k = copy_run(o + n, q, close, &high);
+      int64_t bad = high & 0x80u ? fm_utf8_check(run, k) : -1; /* ASCII is valid UTF-8 */
       if (bad >= 0) {
         ps->p = run + bad;
         fail(ps, "invalid UTF-8 in string");
         return -1;
       }
-      memcpy(o + n, run, (size_t)(q - run));
-      n += (size_t)(q - run);
+      q += k;
+      n += k;
       continue;
     }
     char e = q[1];

@@ -135,3 +135,52 @@ FM_TEST(utf8_check_after_ascii_runs) {
   }
   FM_EXPECT_EQ_INT(checked, 41 * 6);
 }
+
+FM_TEST(json_string_runs_at_every_offset) {
+  /* String literals are scanned and copied 16 (SSE2) or 8 bytes at a time: an
+   * escape, a raw multi-byte character, a control byte or a bad UTF-8 byte
+   * planted after a plain run of every length 0..40, then a plain tail of
+   * 0..20, decodes to (or fails at) exactly what RFC 8259 says, at its own column. */
+  static const struct {
+    const char *lit, *dec; /* as written in the literal; decoded ("" with err) */
+    const char *err;
+  } sp[] = {{"\\n", "\n", NULL},
+            {"\\u00e9", "\xc3\xa9", NULL},
+            {"\xe2\x82\xac", "\xe2\x82\xac", NULL},
+            {"\\\\\\\"", "\\\"", NULL},
+            {"\x01", "", "control character"},
+            {"\xc3\x28", "", "invalid UTF-8"},
+            {"\xc3\xa9\\n", "\xc3\xa9\n", NULL},
+            {"\xc3\x28\\n", "", "invalid UTF-8"}}; /* then a backslash */
+  char lit[128], want[128];
+  int checked = 0;
+  for (int off = 0; off <= 40; off++)
+    for (int tail = 0; tail <= 20; tail++)
+      for (size_t k = 0; k < sizeof sp / sizeof sp[0]; k++) {
+        size_t n = 0, w = 0;
+        lit[n++] = '"';
+        for (int i = 0; i < off; i++) lit[n++] = want[w++] = (char)('a' + i % 26);
+        memcpy(lit + n, sp[k].lit, strlen(sp[k].lit));
+        n += strlen(sp[k].lit);
+        memcpy(want + w, sp[k].dec, strlen(sp[k].dec));
+        w += strlen(sp[k].dec);
+        for (int i = 0; i < tail; i++) lit[n++] = want[w++] = (char)('A' + i % 26);
+        lit[n++] = '"';
+        FmJsonDoc d;
+        FmJsonError e;
+        memset(&e, 0, sizeof e);
+        int rc = fm_json_parse(&d, lit, n, 0, &e);
+        if (sp[k].err) {
+          FM_EXPECT_EQ_INT(rc, FM_EFORMAT);
+          FM_EXPECT_EQ_INT(e.col, 2 + off); /* the planted byte: after the quote and the run */
+          FM_EXPECT_CONTAINS(e.msg, sp[k].err);
+        } else {
+          FM_REQUIRE(rc == 0);
+          FM_EXPECT_EQ_INT(d.root.len, w);
+          FM_EXPECT(memcmp(d.root.s, want, w) == 0 && d.root.s[w] == '\0');
+          fm_json_free(&d);
+        }
+        checked++;
+      }
+  FM_EXPECT_EQ_INT(checked, 41 * 21 * 8);
+}

@@ -10,8 +10,8 @@
 
 typedef struct FmSha256 {
   uint32_t h[8];
-  uint64_t nbytes;   /* message length so far */
-  uint8_t buf[64];   /* partial block */
+  uint64_t nbytes; /* message length so far */
+  uint8_t buf[64]; /* partial block */
   size_t nbuf;
 } FmSha256;
 
@@ -23,9 +23,15 @@ void fm_sha256(const void *data, size_t n, uint8_t out[32]);
  * m1), as two fm_sha256 calls give them; with the x86 SHA extensions the
  * two compress side by side, faster than one after the other. */
 void fm_sha256_x2(const void *m0, const void *m1, size_t n, uint8_t out0[32], uint8_t out1[32]);
-/* fm_sha256_update of a with pa and of b with pb, n bytes each: side by
- * side where the two have the same bytes buffered (prep's 4-byte datasets). */
+/* fm_sha256_update of a with pa and of b with pb, n bytes each
+ * (fm_sha256_update_multi of the two). */
 void fm_sha256_update_x2(FmSha256 *a, const void *pa, FmSha256 *b, const void *pb, size_t n);
+/* fm_sha256_update(ctx[i], data[i], n[i]) for i < k, the same states after
+ * as those k calls leave (lengths may differ, any of them 0; the states'
+ * buffered partial blocks may differ; the k states must be distinct). With
+ * the x86 SHA extensions up to 4 messages' whole blocks compress side by
+ * side, faster per byte than one after the other. */
+void fm_sha256_update_multi(FmSha256 *const ctx[], const void *const data[], const size_t n[], int k);
 /* Tests and benchmarks: which compression the hashes use: 0 the portable C,
  * 1 the x86 SHA extensions when the CPU has them, -1 (or 2) leave/restore the
  * CPUID choice. Returns the one in use, "portable" or "x86 SHA extensions". */

@@ -83,64 +83,158 @@ __attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani(ui
   _mm_storeu_si128((__m128i *)&h[4], _mm_alignr_epi8(dchg, feba, 8));    /* HGFE */
 }
 
-/* Two messages at once, for checkpoints' and stores' pieces (fm_sha256_x2):
- * each sha256rnds2 waits for the one before it (a chain of 32 per block),
- * so one message leaves the unit idle between them; the other message's
- * rounds fill those gaps (1.8 to 2.7 GB per CPU-second on a Zen 5 EPYC). The same steps as
- * compress_blocks_shani, written out for two states and four schedule
- * registers per message so that they stay in registers. */
-#define SHA_UPD(x, y, z, w) _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(x, y), _mm_alignr_epi8(w, z, 4)), w)
-#define SHA_GROUP2(q, r, X, Y, Z, W)                                             \
-  do {                                                                           \
-    const __m128i k_ = _mm_loadu_si128((const __m128i *)&K[16 * (q) + 4 * (r)]); \
-    const __m128i ka_ = _mm_add_epi32(X##a, k_), kb_ = _mm_add_epi32(X##b, k_);  \
-    cdgha = _mm_sha256rnds2_epu32(cdgha, abefa, ka_);                            \
-    cdghb = _mm_sha256rnds2_epu32(cdghb, abefb, kb_);                            \
-    abefa = _mm_sha256rnds2_epu32(abefa, cdgha, _mm_shuffle_epi32(ka_, 0x0E));   \
-    abefb = _mm_sha256rnds2_epu32(abefb, cdghb, _mm_shuffle_epi32(kb_, 0x0E));   \
-    if ((q) < 3) {                                                               \
-      X##a = SHA_UPD(X##a, Y##a, Z##a, W##a);                                    \
-      X##b = SHA_UPD(X##b, Y##b, Z##b, W##b);                                    \
-    }                                                                            \
+/* Two to four messages at once (fm_sha256_update_multi): each sha256rnds2
+ * waits for the one before it (a chain of 32 per block), so one message
+ * leaves the unit idle between them; the other messages' rounds fill those
+ * gaps. The same steps as compress_blocks_shani, written out per lane (a, b,
+ * c, d: a state pair and four schedule registers each) so that the compiler
+ * keeps what fits in registers. Lane L's names: abefL, cdghL, w0L .. w3L. */
+#define SHA_UPD(x, y, z, w)  _mm_sha256msg2_epu32(_mm_add_epi32(_mm_sha256msg1_epu32(x, y), _mm_alignr_epi8(w, z, 4)), w)
+#define SHA_K(L, X)          const __m128i k##L##_ = _mm_add_epi32(X##L, k_)
+#define SHA_R1(L)            cdgh##L = _mm_sha256rnds2_epu32(cdgh##L, abef##L, k##L##_)
+#define SHA_R2(L)            abef##L = _mm_sha256rnds2_epu32(abef##L, cdgh##L, _mm_shuffle_epi32(k##L##_, 0x0E))
+#define SHA_U(L, X, Y, Z, W) X##L = SHA_UPD(X##L, Y##L, Z##L, W##L)
+#define SHA_KLOAD(q, r)      const __m128i k_ = _mm_loadu_si128((const __m128i *)&K[16 * (q) + 4 * (r)])
+#define SHA_GROUP2(q, r, X, Y, Z, W) \
+  do {                               \
+    SHA_KLOAD(q, r);                 \
+    SHA_K(a, X);                     \
+    SHA_K(b, X);                     \
+    SHA_R1(a), SHA_R1(b);            \
+    SHA_R2(a), SHA_R2(b);            \
+    if ((q) < 3) {                   \
+      SHA_U(a, X, Y, Z, W);          \
+      SHA_U(b, X, Y, Z, W);          \
+    }                                \
   } while (0)
-
-__attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani_x2(uint32_t ha[8], const uint8_t *pa,
-                                                                                 uint32_t hb[8], const uint8_t *pb,
-                                                                                 size_t nblocks) {
-  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
-  __m128i t0 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&ha[0]), 0xB1);
-  __m128i t1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&ha[4]), 0x1B);
-  __m128i abefa = _mm_alignr_epi8(t0, t1, 8), cdgha = _mm_blend_epi16(t1, t0, 0xF0);
-  t0 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&hb[0]), 0xB1);
-  t1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&hb[4]), 0x1B);
-  __m128i abefb = _mm_alignr_epi8(t0, t1, 8), cdghb = _mm_blend_epi16(t1, t0, 0xF0);
-  for (; nblocks; nblocks--, pa += 64, pb += 64) {
-    const __m128i abefa0 = abefa, cdgha0 = cdgha, abefb0 = abefb, cdghb0 = cdghb;
-    __m128i w0a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 0)), bswap);
-    __m128i w1a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 16)), bswap);
-    __m128i w2a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 32)), bswap);
-    __m128i w3a = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pa + 48)), bswap);
-    __m128i w0b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 0)), bswap);
-    __m128i w1b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 16)), bswap);
-    __m128i w2b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 32)), bswap);
-    __m128i w3b = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(pb + 48)), bswap);
-    for (int q = 0; q < 4; q++) { /* groups 4q .. 4q+3: w0..w3 hold W[16q ..], rotating as in the single form */
-      SHA_GROUP2(q, 0, w0, w1, w2, w3);
-      SHA_GROUP2(q, 1, w1, w2, w3, w0);
-      SHA_GROUP2(q, 2, w2, w3, w0, w1);
-      SHA_GROUP2(q, 3, w3, w0, w1, w2);
-    }
-    abefa = _mm_add_epi32(abefa, abefa0), cdgha = _mm_add_epi32(cdgha, cdgha0);
-    abefb = _mm_add_epi32(abefb, abefb0), cdghb = _mm_add_epi32(cdghb, cdghb0);
+#define SHA_GROUP3(q, r, X, Y, Z, W) \
+  do {                               \
+    SHA_KLOAD(q, r);                 \
+    SHA_K(a, X);                     \
+    SHA_K(b, X);                     \
+    SHA_K(c, X);                     \
+    SHA_R1(a), SHA_R1(b), SHA_R1(c); \
+    SHA_R2(a), SHA_R2(b), SHA_R2(c); \
+    if ((q) < 3) {                   \
+      SHA_U(a, X, Y, Z, W);          \
+      SHA_U(b, X, Y, Z, W);          \
+      SHA_U(c, X, Y, Z, W);          \
+    }                                \
+  } while (0)
+#define SHA_GROUP4(q, r, X, Y, Z, W)            \
+  do {                                          \
+    SHA_KLOAD(q, r);                            \
+    SHA_K(a, X);                                \
+    SHA_K(b, X);                                \
+    SHA_K(c, X);                                \
+    SHA_K(d, X);                                \
+    SHA_R1(a), SHA_R1(b), SHA_R1(c), SHA_R1(d); \
+    SHA_R2(a), SHA_R2(b), SHA_R2(c), SHA_R2(d); \
+    if ((q) < 3) {                              \
+      SHA_U(a, X, Y, Z, W);                     \
+      SHA_U(b, X, Y, Z, W);                     \
+      SHA_U(c, X, Y, Z, W);                     \
+      SHA_U(d, X, Y, Z, W);                     \
+    }                                           \
+  } while (0)
+/* Lane L's state from h[L] into abefL, cdghL; its block at p[L] into w0L .. w3L; the state back. */
+#define SHA_LOAD(L, i)                                                                      \
+  __m128i abef##L, cdgh##L;                                                                 \
+  do {                                                                                      \
+    const __m128i t0 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[i][0]), 0xB1); \
+    const __m128i t1 = _mm_shuffle_epi32(_mm_loadu_si128((const __m128i *)&h[i][4]), 0x1B); \
+    abef##L = _mm_alignr_epi8(t0, t1, 8), cdgh##L = _mm_blend_epi16(t1, t0, 0xF0);          \
+  } while (0)
+#define SHA_BLOCK(L, i)                                                                   \
+  const __m128i abef##L##0 = abef##L, cdgh##L##0 = cdgh##L;                               \
+  __m128i w0##L = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p[i] + 0)), bswap);  \
+  __m128i w1##L = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p[i] + 16)), bswap); \
+  __m128i w2##L = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p[i] + 32)), bswap); \
+  __m128i w3##L = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(p[i] + 48)), bswap); \
+  p[i] += 64
+#define SHA_ADD(L) abef##L = _mm_add_epi32(abef##L, abef##L##0), cdgh##L = _mm_add_epi32(cdgh##L, cdgh##L##0)
+#define SHA_STORE(L, i)                                                                         \
+  do {                                                                                          \
+    const __m128i t0 = _mm_shuffle_epi32(abef##L, 0x1B), t1 = _mm_shuffle_epi32(cdgh##L, 0xB1); \
+    _mm_storeu_si128((__m128i *)&h[i][0], _mm_blend_epi16(t0, t1, 0xF0));                       \
+    _mm_storeu_si128((__m128i *)&h[i][4], _mm_alignr_epi8(t1, t0, 8));                          \
+  } while (0)
+/* groups 4q .. 4q+3 of a block: w0..w3 hold W[16q ..], rotating as in the single form */
+#define SHA_BLOCK_ROUNDS(G)     \
+  for (int q = 0; q < 4; q++) { \
+    G(q, 0, w0, w1, w2, w3);    \
+    G(q, 1, w1, w2, w3, w0);    \
+    G(q, 2, w2, w3, w0, w1);    \
+    G(q, 3, w3, w0, w1, w2);    \
   }
-  t0 = _mm_shuffle_epi32(abefa, 0x1B), t1 = _mm_shuffle_epi32(cdgha, 0xB1);
-  _mm_storeu_si128((__m128i *)&ha[0], _mm_blend_epi16(t0, t1, 0xF0));
-  _mm_storeu_si128((__m128i *)&ha[4], _mm_alignr_epi8(t1, t0, 8));
-  t0 = _mm_shuffle_epi32(abefb, 0x1B), t1 = _mm_shuffle_epi32(cdghb, 0xB1);
-  _mm_storeu_si128((__m128i *)&hb[0], _mm_blend_epi16(t0, t1, 0xF0));
-  _mm_storeu_si128((__m128i *)&hb[4], _mm_alignr_epi8(t1, t0, 8));
+
+/* nblocks blocks of each of 2 (3, 4) messages, message i at p[i] (advanced past them) into state h[i]. */
+__attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani_x2(uint32_t *const h[],
+                                                                                 const uint8_t *p[], size_t nblocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  SHA_LOAD(a, 0);
+  SHA_LOAD(b, 1);
+  for (; nblocks; nblocks--) {
+    SHA_BLOCK(a, 0);
+    SHA_BLOCK(b, 1);
+    SHA_BLOCK_ROUNDS(SHA_GROUP2)
+    SHA_ADD(a), SHA_ADD(b);
+  }
+  SHA_STORE(a, 0);
+  SHA_STORE(b, 1);
 }
+
+__attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani_x3(uint32_t *const h[],
+                                                                                 const uint8_t *p[], size_t nblocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  SHA_LOAD(a, 0);
+  SHA_LOAD(b, 1);
+  SHA_LOAD(c, 2);
+  for (; nblocks; nblocks--) {
+    SHA_BLOCK(a, 0);
+    SHA_BLOCK(b, 1);
+    SHA_BLOCK(c, 2);
+    SHA_BLOCK_ROUNDS(SHA_GROUP3)
+    SHA_ADD(a), SHA_ADD(b), SHA_ADD(c);
+  }
+  SHA_STORE(a, 0);
+  SHA_STORE(b, 1);
+  SHA_STORE(c, 2);
+}
+
+__attribute__((target("sha,ssse3,sse4.1"))) static void compress_blocks_shani_x4(uint32_t *const h[],
+                                                                                 const uint8_t *p[], size_t nblocks) {
+  const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  SHA_LOAD(a, 0);
+  SHA_LOAD(b, 1);
+  SHA_LOAD(c, 2);
+  SHA_LOAD(d, 3);
+  for (; nblocks; nblocks--) {
+    SHA_BLOCK(a, 0);
+    SHA_BLOCK(b, 1);
+    SHA_BLOCK(c, 2);
+    SHA_BLOCK(d, 3);
+    SHA_BLOCK_ROUNDS(SHA_GROUP4)
+    SHA_ADD(a), SHA_ADD(b), SHA_ADD(c), SHA_ADD(d);
+  }
+  SHA_STORE(a, 0);
+  SHA_STORE(b, 1);
+  SHA_STORE(c, 2);
+  SHA_STORE(d, 3);
+}
+#undef SHA_BLOCK_ROUNDS
+#undef SHA_STORE
+#undef SHA_ADD
+#undef SHA_BLOCK
+#undef SHA_LOAD
+#undef SHA_GROUP4
+#undef SHA_GROUP3
 #undef SHA_GROUP2
+#undef SHA_KLOAD
+#undef SHA_U
+#undef SHA_R2
+#undef SHA_R1
+#undef SHA_K
 #undef SHA_UPD
 
 static int cpu_has_sha(void) {
@@ -217,44 +311,80 @@ void fm_sha256(const void *data, size_t n, uint8_t out[32]) {
   fm_sha256_final(&s, out);
 }
 
+/* Whole blocks of up to 4 lanes: lane i has nb[i] blocks at p[i] for state h[i]. The lanes run side by side while
+ * two or more have blocks left (all of them as long as the shortest, then the rest), the last one alone. */
+static void compress_lanes(uint32_t *h[], const uint8_t *p[], size_t nb[], int k) {
+#ifdef FM_SHA_X86
+  if (compress_blocks == compress_blocks_shani) {
+    for (;;) {
+      int j = 0; /* the lanes with blocks left moved to the front, in any order */
+      for (int i = 0; i < k; i++)
+        if (nb[i]) {
+          uint32_t *th = h[i];
+          const uint8_t *tp = p[i];
+          const size_t tn = nb[i];
+          h[i] = h[j], p[i] = p[j], nb[i] = nb[j];
+          h[j] = th, p[j] = tp, nb[j] = tn, j++;
+        }
+      k = j;
+      if (k < 2) break;
+      size_t m = nb[0];
+      for (int i = 1; i < k; i++) m = nb[i] < m ? nb[i] : m;
+      if (k == 2)
+        compress_blocks_shani_x2(h, p, m);
+      else if (k == 3)
+        compress_blocks_shani_x3(h, p, m);
+      else
+        compress_blocks_shani_x4(h, p, m);
+      for (int i = 0; i < k; i++) nb[i] -= m;
+    }
+  }
+#endif
+  for (int i = 0; i < k; i++)
+    if (nb[i]) compress_blocks(h[i], p[i], nb[i]);
+}
+
+void fm_sha256_update_multi(FmSha256 *const ctx[], const void *const data[], const size_t n[], int k) {
+  if (!compress_blocks) compress_blocks = pick_compress(); /* a benign race: every thread stores the same */
+  for (int c0 = 0; c0 < k; c0 += 4) {
+    const int kk = k - c0 < 4 ? k - c0 : 4;
+    uint32_t *h[4] = {NULL};
+    const uint8_t *p[4] = {NULL}, *tail[4] = {NULL};
+    size_t nb[4] = {0}, rest[4] = {0};
+    for (int i = 0; i < kk; i++) {
+      FmSha256 *s = ctx[c0 + i];
+      const size_t n_i = n[c0 + i];
+      /* the partial block completed (or the bytes buffered, when too few) the one-at-a-time way */
+      const size_t head = s->nbuf ? (64 - s->nbuf < n_i ? 64 - s->nbuf : n_i) : 0;
+      if (head) fm_sha256_update(s, data[c0 + i], head);
+      if (n_i == head) continue; /* all of it buffered (data may be NULL where n is 0) */
+      h[i] = s->h;               /* here the buffer is empty */
+      p[i] = (const uint8_t *)data[c0 + i] + head;
+      nb[i] = (n_i - head) / 64;
+      rest[i] = (n_i - head) % 64;
+      tail[i] = p[i] + nb[i] * 64;
+      s->nbytes += nb[i] * 64;
+    }
+    compress_lanes(h, p, nb, kk); /* reorders h, p, nb */
+    for (int i = 0; i < kk; i++)  /* the tail, under a block, into the empty buffer */
+      if (rest[i]) fm_sha256_update(ctx[c0 + i], tail[i], rest[i]);
+  }
+}
+
 void fm_sha256_x2(const void *m0, const void *m1, size_t n, uint8_t out0[32], uint8_t out1[32]) {
   FmSha256 s0, s1;
   fm_sha256_init(&s0);
   fm_sha256_init(&s1);
-  if (!compress_blocks) compress_blocks = pick_compress();
-#ifdef FM_SHA_X86
-  const size_t nb = n / 64;
-  if (nb && compress_blocks == compress_blocks_shani) {
-    compress_blocks_shani_x2(s0.h, m0, s1.h, m1, nb);
-    s0.nbytes = s1.nbytes = nb * 64;
-  }
-#endif
-  /* the blocks left (all of them on the portable path), the tail and the padding */
-  fm_sha256_update(&s0, (const uint8_t *)m0 + s0.nbytes, n - s0.nbytes);
-  fm_sha256_update(&s1, (const uint8_t *)m1 + s1.nbytes, n - s1.nbytes);
+  fm_sha256_update_x2(&s0, m0, &s1, m1, n);
   fm_sha256_final(&s0, out0);
   fm_sha256_final(&s1, out1);
 }
 
 void fm_sha256_update_x2(FmSha256 *a, const void *pa, FmSha256 *b, const void *pb, size_t n) {
-  const uint8_t *p0 = pa, *p1 = pb;
-  if (!compress_blocks) compress_blocks = pick_compress();
-#ifdef FM_SHA_X86
-  if (a->nbuf == b->nbuf && compress_blocks == compress_blocks_shani) {
-    size_t k = a->nbuf ? (64 - a->nbuf < n ? 64 - a->nbuf : n) : 0; /* the partial blocks completed, one each */
-    fm_sha256_update(a, p0, k);
-    fm_sha256_update(b, p1, k);
-    p0 += k, p1 += k, n -= k;
-    if (n >= 64) { /* here both buffers are empty: whole blocks side by side */
-      const size_t nb = n / 64;
-      compress_blocks_shani_x2(a->h, p0, b->h, p1, nb);
-      a->nbytes += nb * 64, b->nbytes += nb * 64;
-      p0 += nb * 64, p1 += nb * 64, n -= nb * 64;
-    }
-  }
-#endif
-  fm_sha256_update(a, p0, n);
-  fm_sha256_update(b, p1, n);
+  FmSha256 *const ctx[2] = {a, b};
+  const void *const data[2] = {pa, pb};
+  const size_t len[2] = {n, n};
+  fm_sha256_update_multi(ctx, data, len, 2);
 }
 
 void fm_hex(const uint8_t *bytes, size_t n, char *hex) {

@@ -10,8 +10,8 @@
 
 typedef struct FmSha256 {
   uint32_t h[8];
-  uint64_t nbytes; /* message length so far */
-  uint8_t buf[64]; /* partial block */
+  uint64_t nbytes;   /* message length so far */
+  uint8_t buf[64];   /* partial block */
   size_t nbuf;
 } FmSha256;
 
@@ -52,6 +52,9 @@ typedef struct FmShaPieces {
 } FmShaPieces;
 void fm_sha_pieces_init(FmShaPieces *p, size_t esize);
 void fm_sha_pieces_update(FmShaPieces *p, const void *data, int64_t n);
+/* fm_sha_pieces_update(p[i], data[i], n[i]) for i < k (distinct states),
+ * the datasets' pieces hashed side by side (fm_sha256_update_multi). */
+void fm_sha_pieces_update_multi(FmShaPieces *const p[], const void *const data[], const int64_t n[], int k);
 void fm_sha_pieces_final(FmShaPieces *p, char hex[65]);
 
 /* CRC-32C (Castagnoli) of data[0..n), continuing from crc (0 to start):

@@ -421,6 +421,37 @@ void fm_sha_pieces_update(FmShaPieces *p, const void *data, int64_t n) {
   }
 }
 
+void fm_sha_pieces_update_multi(FmShaPieces *const p[], const void *const data[], const int64_t n[], int k) {
+  enum { KMAX = 8 };
+  for (int c0 = 0; c0 < k; c0 += KMAX) {
+    const int kk = k - c0 < KMAX ? k - c0 : KMAX;
+    const uint8_t *b[KMAX] = {NULL};
+    int64_t left[KMAX] = {0};
+    for (int i = 0; i < kk; i++) b[i] = data[c0 + i], left[i] = n[c0 + i];
+    for (;;) { /* each state on to the end of its piece or of its data, side by side */
+      FmSha256 *ctx[KMAX] = {NULL};
+      const void *d[KMAX] = {NULL};
+      size_t len[KMAX] = {0};
+      int64_t take[KMAX] = {0};
+      int j = 0;
+      for (int i = 0; i < kk; i++) {
+        FmShaPieces *q = p[c0 + i];
+        take[i] = FM_SHA_PIECE - q->in_piece < left[i] ? FM_SHA_PIECE - q->in_piece : left[i];
+        if (take[i] > 0) ctx[j] = &q->piece, d[j] = b[i], len[j] = (size_t)take[i] * q->esize, j++;
+      }
+      if (j == 0) break;
+      fm_sha256_update_multi(ctx, d, len, j);
+      for (int i = 0; i < kk; i++) {
+        FmShaPieces *q = p[c0 + i];
+        b[i] += (size_t)take[i] * q->esize;
+        left[i] -= take[i];
+        q->in_piece += take[i];
+        if (q->in_piece == FM_SHA_PIECE) close_piece(q);
+      }
+    }
+  }
+}
+
 void fm_sha_pieces_final(FmShaPieces *p, char hex[65]) {
   if (p->in_piece > 0) close_piece(p);
   uint8_t out[32];

@@ -280,10 +280,12 @@ static void sums_feed(Sums *m, const RowBuf *b, int64_t b0, int64_t e0, int64_t 
     if (q >= m->next && m->mine[q]) {
       const size_t at = (size_t)(e - b0), len = (size_t)(end - e);
       for (int d = 0; d < m->nd && e == q * FM_SHA_PIECE; d++) fm_sha256_init(&m->ctx[d]);
-      /* tokens and segment ids side by side (4-byte elements: the same bytes buffered), then the others */
-      fm_sha256_update_x2(&m->ctx[0], b->tok + at, &m->ctx[2], b->seg + at, len * 4);
-      fm_sha256_update(&m->ctx[1], b->mask + at, len);
-      if (m->nd > 3) fm_sha256_update(&m->ctx[3], b->pos + at, len * 4);
+      /* the datasets side by side: tokens, loss mask (a quarter of the bytes), segment ids, position ids */
+      FmSha256 *const ctx[4] = {&m->ctx[0], &m->ctx[1], &m->ctx[2], &m->ctx[3]};
+      const void *const data[4] = {b->tok + at, b->mask + at, b->seg + at,
+                                   m->nd > 3 ? (const void *)(b->pos + at) : NULL};
+      const size_t n[4] = {len * 4, len, len * 4, len * 4};
+      fm_sha256_update_multi(ctx, data, n, m->nd);
       for (int d = 0; d < m->nd && end == pe; d++) fm_sha256_final(&m->ctx[d], m->dig + (size_t)(d * m->np + q) * 32);
       if (end == pe) m->next = q + 1;
     }

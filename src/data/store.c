@@ -128,15 +128,18 @@ void fm__shard_digests(FmShardReader *r, int64_t n_seq, int64_t R, bool has_pos,
   int32_t *seg = fm_xmalloc((size_t)(CHUNK * R) * sizeof *seg), *pos = fm_xmalloc((size_t)(CHUNK * R) * sizeof *pos);
   const void *bufs[FM_SHARD_NDSETS] = {tok, mask, seg, pos};
   const size_t esize[FM_SHARD_NDSETS] = {4, 1, 4, 4};
+  const int nd = has_pos ? 4 : 3; /* the datasets stored */
   FmShaPieces p[FM_SHARD_NDSETS];
+  FmShaPieces *const pp[FM_SHARD_NDSETS] = {&p[0], &p[1], &p[2], &p[3]};
   for (int d = 0; d < FM_SHARD_NDSETS; d++) fm_sha_pieces_init(&p[d], esize[d]);
   for (int64_t a = 0; a < n_seq; a += CHUNK) {
     const int64_t n = n_seq - a < CHUNK ? n_seq - a : CHUNK;
     for (int64_t i = 0; i < n; i++) rows[i] = a + i;
     FM_CHECK(r->read(r, rows, n, false, tok, mask, has_pos ? pos : NULL, seg));
-    for (int d = 0; d < FM_SHARD_NDSETS; d++) fm_sha_pieces_update(&p[d], bufs[d], n * R);
+    const int64_t ne[FM_SHARD_NDSETS] = {n * R, n * R, n * R, n * R};
+    fm_sha_pieces_update_multi(pp, bufs, ne, nd); /* the datasets side by side */
   }
-  for (int d = 0; d < FM_SHARD_NDSETS; d++) fm_sha_pieces_final(&p[d], hex[d]);
+  for (int d = 0; d < nd; d++) fm_sha_pieces_final(&p[d], hex[d]);
   if (!has_pos) hex[3][0] = '\0';
   free(rows);
   free(tok);

@@ -112,28 +112,34 @@ static void digests_free(Digests *g) {
   free(g->d);
 }
 
+/* The digests of k <= 4 pieces, side by side (fm_sha256_update_multi). */
+static void hash_batch(const void *const m[], const size_t n[], uint8_t *const out[], int k) {
+  FmSha256 s[4];
+  FmSha256 *const ctx[4] = {&s[0], &s[1], &s[2], &s[3]};
+  for (int j = 0; j < k; j++) fm_sha256_init(&s[j]);
+  fm_sha256_update_multi(ctx, m, n, k);
+  for (int j = 0; j < k; j++) fm_sha256_final(&s[j], out[j]);
+}
+
 /* Hash tensor i's pieces that lie whole in the flat range [x, y) (base =
- * element lo) into their slots; two pieces of one length at a time
- * (fm_sha256_x2: the full 64 Ki-element pieces, which are nearly all). */
+ * element lo) into their slots, four at a time (hash_batch; the lengths may
+ * differ: a tensor's first and last pieces are shorter). */
 static void hash_pieces(const FmTensorTable *tab, int i, Digests *g, const float *base, int64_t lo, int64_t x,
                         int64_t y) {
   const int64_t a = tab->t[i].offset, b = a + tab->t[i].numel;
-  int64_t held = -1, held_k = 0, held_n = 0; /* a piece waiting for a partner: first element, slot, length */
+  const void *m[4] = {NULL};
+  size_t n[4] = {0};
+  uint8_t *out[4] = {NULL};
+  int held = 0; /* pieces waiting for the batch to fill */
   for (int64_t blk = x / FM_DIST_BLOCK; y > x && blk <= (y - 1) / FM_DIST_BLOCK; blk++) {
     const int64_t ps = blk * FM_DIST_BLOCK > a ? blk * FM_DIST_BLOCK : a;
     const int64_t pe = (blk + 1) * FM_DIST_BLOCK < b ? (blk + 1) * FM_DIST_BLOCK : b;
     const int64_t k = g->slot[i] + blk - a / FM_DIST_BLOCK;
     if (ps < x || pe > y) continue; /* partly outside: another rank's or another call's */
-    if (held >= 0 && held_n == pe - ps) {
-      fm_sha256_x2(base + (held - lo), base + (ps - lo), (size_t)held_n * sizeof(float), g->d + 32 * held_k,
-                   g->d + 32 * k);
-      held = -1;
-    } else {
-      if (held >= 0) fm_sha256(base + (held - lo), (size_t)held_n * sizeof(float), g->d + 32 * held_k);
-      held = ps, held_k = k, held_n = pe - ps;
-    }
+    m[held] = base + (ps - lo), n[held] = (size_t)(pe - ps) * sizeof(float), out[held] = g->d + 32 * k;
+    if (++held == 4) hash_batch(m, n, out, held), held = 0;
   }
-  if (held >= 0) fm_sha256(base + (held - lo), (size_t)held_n * sizeof(float), g->d + 32 * held_k);
+  if (held) hash_batch(m, n, out, held);
 }
 
 /* The pieces' digests from every rank (zeros elsewhere: bitwise OR) and each

@@ -379,8 +379,23 @@ static int parse_number(Parser *ps, FmJson *v) {
     }
     while (q < ps->end && *q >= '0' && *q <= '9') q++;
   }
-  char buf[64];
   size_t n = (size_t)(q - s);
+  if (integral && n <= 18) {
+    /* At most 18 digits: exact in int64 (strtoll's value, no overflow), and
+     * (double) rounds that integer to nearest as strtod rounds its decimal:
+     * the same fields without the two library calls (ids in tokenizer
+     * files are millions of such numbers). "-0" stays a negative zero. */
+    bool neg = *s == '-';
+    long long ll = 0;
+    for (const char *d = s + neg; d < q; d++) ll = ll * 10 + (*d - '0');
+    v->type = FM_JSON_NUM;
+    v->i = neg ? -ll : ll;
+    v->num = neg && ll == 0 ? -0.0 : (double)v->i;
+    v->is_int = true;
+    ps->p = q;
+    return 0;
+  }
+  char buf[64];
   char *tmp = n < sizeof buf ? buf : fm_xmalloc(n + 1);
   memcpy(tmp, s, n);
   tmp[n] = '\0';

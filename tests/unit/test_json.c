@@ -1,5 +1,9 @@
 /* test_json.c: the strict JSON reader against RFC 8259's rules: what it
  * accepts (with exact decoded values) and what it rejects (with the place). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "fm_test.h"
 #include "fmhpc/core.h"
 #include "fmhpc/json.h"
@@ -34,6 +38,50 @@ FM_TEST(json_int64_exact) {
   FM_EXPECT_EQ_INT(d.root.items[1].i, INT64_MAX);
   FM_EXPECT(!d.root.items[2].is_int); /* overflows int64: a number, not an exact int */
   fm_json_free(&d);
+}
+
+/* Integers (short ones take a path without strtod/strtoll): every field as
+ * the C library reads the same text, across the 18-digit boundary, at
+ * doubles' rounding points (2^53 + 1, ...), and -0 a negative zero. */
+FM_TEST(json_integers_as_libc_reads_them) {
+  static const char *const nums[] = {"0", "-0", "7", "-7", "123456789", "9007199254740993", "-9007199254740993",
+                                     "18014398509481987", "999999999999999999", "-99999999999999999",
+                                     "1000000000000000001", "-999999999999999999", "9223372036854775807",
+                                     "-9223372036854775808", "9223372036854775808", "36028797018963971"};
+  char text[1024] = "[";
+  size_t n = sizeof nums / sizeof *nums;
+  for (size_t i = 0; i < n; i++) {
+    strcat(text, nums[i]);
+    strcat(text, i + 1 < n ? "," : "]");
+  }
+  uint64_t x = 88172645463325252ull; /* and random integers of every length */
+  FmStr many;
+  fm_str_init(&many);
+  fm_str_cat(&many, "[");
+  char num[32][24];
+  for (int i = 0; i < 32; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    snprintf(num[i], sizeof num[i], "%s%llu", i % 3 ? "" : "-", (unsigned long long)(x >> (i * 2 % 64)) % 1000000000000000000ull);
+    fm_str_printf(&many, "%s%s", num[i], i < 31 ? "," : "]");
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    FmJsonDoc d;
+    FM_REQUIRE(parse(&d, pass ? many.s : text, NULL) == 0);
+    FM_REQUIRE(d.root.n == (pass ? 32 : (int64_t)n));
+    for (int64_t i = 0; i < d.root.n; i++) {
+      const char *t = pass ? num[i] : nums[i];
+      const FmJson *v = &d.root.items[i];
+      FM_EXPECT(v->type == FM_JSON_NUM);
+      double want = strtod(t, NULL);
+      FM_EXPECT(memcmp(&v->num, &want, sizeof want) == 0); /* the same bits, the sign of zero included */
+      errno = 0;
+      long long ll = strtoll(t, NULL, 10);
+      FM_EXPECT_EQ_INT(v->is_int, errno == 0);
+      if (v->is_int) FM_EXPECT_EQ_INT(v->i, ll);
+    }
+    fm_json_free(&d);
+  }
+  fm_str_free(&many);
 }
 
 FM_TEST(json_string_escapes) {

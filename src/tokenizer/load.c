@@ -47,6 +47,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
   /* left and right decoded side by side: buf[0..nl) + buf[nl..nl+nr) is
    * the merged token's bytes (decoding never lengthens) */
   char *buf = fm_xmalloc(len + 1);
+  int32_t guess = 256; /* merged ids usually follow the 256 bytes in merge order */
   for (int64_t line = 1; p < end && !rc; line++) {
     char *nl = memchr(p, '\n', (size_t)(end - p));
     char *e = nl ? nl : end;
@@ -64,7 +65,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
       int32_t l = nl_ > 0 ? fm__tok_lookup(t, buf, (size_t)nl_) : -1;
       int64_t nr_ = l >= 0 ? fm__tok_bytelevel_decode(sp + 1, (size_t)(p + n - sp - 1), buf + nl_) : -1;
       int32_t r = nr_ > 0 ? fm__tok_lookup(t, buf + nl_, (size_t)nr_) : -1;
-      int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup(t, buf, (size_t)(nl_ + nr_)) : -1;
+      int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup_near(t, buf, (size_t)(nl_ + nr_), guess) : -1;
       if (m < 0) {
         fm_say(err, "vocab.bpe and encoder.json must come from the same tokenizer",
             "%s line %lld: merge '%.*s': %s is not in encoder.json", path, (long long)line, (int)n, p,
@@ -73,6 +74,7 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
         break;
       }
       fm__tok_add_merge(t, l, r, m);
+      guess = m + 1;
     }
     p = nl ? nl + 1 : end;
   }
@@ -583,6 +585,7 @@ static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, 
   fm__tok_reserve(t, 0, 0, 0, ms->n);
   char *buf = NULL; /* left and right decoded side by side, as in load_merges_file */
   size_t cap = 0;
+  int32_t guess = 256;
   int rc = 0;
   for (int64_t i = 0; i < ms->n && !rc; i++) {
     const FmJson *e = &ms->items[i];
@@ -607,7 +610,7 @@ static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, 
     int32_t l = nl > 0 ? fm__tok_lookup(t, buf, (size_t)nl) : -1;
     int64_t nr = l >= 0 ? fm__tok_bytelevel_decode(rs, rn, buf + nl) : -1;
     int32_t r = nr > 0 ? fm__tok_lookup(t, buf + nl, (size_t)nr) : -1;
-    int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup(t, buf, (size_t)(nl + nr)) : -1;
+    int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup_near(t, buf, (size_t)(nl + nr), guess) : -1;
     if (m < 0) {
       snprintf(w, sizeof w, "model.merges[%lld]", (long long)i);
       rc = unsupported(err, file, w, NULL,
@@ -616,6 +619,7 @@ static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, 
                                : "the merged token is not in model.vocab (HF: MergeTokenOutOfVocabulary)");
     } else {
       fm__tok_add_merge(t, l, r, m);
+      guess = m + 1;
     }
   }
   free(buf);

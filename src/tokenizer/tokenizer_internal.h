@@ -132,9 +132,12 @@ FmTokenizer *fm__tok_new(int algo);
 int fm__tok_set(FmTokenizer *t, int32_t id, const char *s, size_t n, int flags, int32_t *other);
 /* Model-vocab id of bytes s[0..n), or -1. */
 int32_t fm__tok_lookup(const FmTokenizer *t, const char *s, size_t n);
+/* The same, trying id guess first (a loader's likely id: merges usually
+ * create ids in order), so that a right guess costs no map probe. */
+int32_t fm__tok_lookup_near(const FmTokenizer *t, const char *s, size_t n, int32_t guess);
 /* Append a merge (MERGES); merged must be the model-vocab id of
- * bytes(l)+bytes(r). Later
- * duplicates of a pair replace earlier ones, as HF tokenizers' HashMap does. */
+ * bytes(l)+bytes(r). Later duplicates of a pair replace earlier ones, as HF
+ * tokenizers' HashMap does. */
 void fm__tok_add_merge(FmTokenizer *t, int32_t l, int32_t r, int32_t merged);
 /* Room for ids 0..n_ids-1, n_model more vocab entries, pool_bytes of token
  * bytes in all and n_merges more merges, so that a loader that knows its

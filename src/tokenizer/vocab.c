@@ -162,6 +162,15 @@ int32_t fm__tok_lookup(const FmTokenizer *t, const char *s, size_t n) {
   return fm__tok_bmap_get(&t->vocab, t->pool, s, n, fm__tok_hash_bytes(s, n));
 }
 
+int32_t fm__tok_lookup_near(const FmTokenizer *t, const char *s, size_t n, int32_t guess) {
+  /* The vocab holds each model token's bytes under one id, so an id that
+   * is a model token with these bytes is the one the map would return. */
+  if (guess >= 0 && guess < t->n_ids && t->len[guess] == n && (t->flags[guess] & FM__TOK_MODEL) &&
+      memcmp(t->pool + t->off[guess], s, n) == 0)
+    return guess;
+  return fm__tok_lookup(t, s, n);
+}
+
 int fm__tok_set(FmTokenizer *t, int32_t id, const char *s, size_t n, int flags, int32_t *other) {
   grow_ids(t, (int64_t)id + 1);
   if (t->len[id] != UINT32_MAX) { /* seen: the same bytes may gain flags */
@@ -181,17 +190,24 @@ int fm__tok_set(FmTokenizer *t, int32_t id, const char *s, size_t n, int flags, 
     t->pool_len += n + 1;
   }
   if ((flags & FM__TOK_MODEL) && !(t->flags[id] & FM__TOK_MODEL)) {
-    uint64_t h = fm__tok_hash_bytes(s, n);
-    int32_t have = fm__tok_bmap_get(&t->vocab, t->pool, s, n, h);
-    if (have >= 0 && have != id) {
-      if (other) *other = have;
-      return FM_EFORMAT;
-    }
     if ((t->vocab.n + 1) * 2 > t->vocab.cap) bmap_grow(&t->vocab, t->pool);
-    uint64_t j = h & (t->vocab.cap - 1);
-    while (t->vocab.slot[j].len != UINT32_MAX) j = (j + 1) & (t->vocab.cap - 1);
-    t->vocab.slot[j] = (FmTokBSlot){t->off[id], (uint32_t)n, id, (uint32_t)h};
-    t->vocab.n++;
+    /* one probe: up to these bytes (already another id's) or a free slot */
+    uint64_t h = fm__tok_hash_bytes(s, n), mask = t->vocab.cap - 1;
+    uint32_t h32 = (uint32_t)h;
+    uint64_t j = h & mask;
+    for (;; j = (j + 1) & mask) {
+      const FmTokBSlot *e = &t->vocab.slot[j];
+      if (e->len == UINT32_MAX) break;
+      if (e->h32 == h32 && e->len == n && memcmp(t->pool + e->off, s, n) == 0) {
+        if (e->id == id) break; /* not reached: an id enters the map once, with FM__TOK_MODEL */
+        if (other) *other = e->id;
+        return FM_EFORMAT;
+      }
+    }
+    if (t->vocab.slot[j].len == UINT32_MAX) {
+      t->vocab.slot[j] = (FmTokBSlot){t->off[id], (uint32_t)n, id, h32};
+      t->vocab.n++;
+    }
   }
   t->flags[id] |= (uint8_t)flags;
   if (id >= t->n_ids) t->n_ids = (int64_t)id + 1;
@@ -283,7 +299,7 @@ static void build_rank_pairs(FmTokenizer *t) {
     if (!(t->flags[id] & FM__TOK_MODEL) || t->len[id] < 2) continue;
     const char *s = t->pool + t->off[id];
     for (uint32_t k = 1; k < t->len[id]; k++) {
-      int32_t l = fm__tok_lookup(t, s, k), r = fm__tok_lookup(t, s + k, t->len[id] - k);
+      int32_t l = fm__tok_lookup(t, s, k), r = l >= 0 ? fm__tok_lookup(t, s + k, t->len[id] - k) : -1;
       if (l >= 0 && r >= 0) pmap_put(&t->pairs, l, r, (int32_t)id, (int32_t)id);
     }
   }

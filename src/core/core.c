@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *const status_msg[] = {
     "success",
@@ -140,21 +141,38 @@ int fm_read_file(const char *path, char **text, size_t *len) {
   if (len) *len = 0;
   FILE *f = fopen(path, "rb");
   if (!f) return FM_EIO;
-  FmStr b;
-  fm_str_init(&b);
-  char chunk[65536];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) fm_str_catn(&b, chunk, n);
+  /* A regular file is read straight into a buffer of its size (one read,
+   * no copies); anything else, or a file that grows meanwhile, grows it. */
+  struct stat st;
+  size_t cap = 65536, n = 0;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = (size_t)st.st_size + 1;
+  char *buf = fm_xmalloc(cap);
+  for (;;) {
+    if (n + 1 == cap) { /* full: is there more? */
+      char probe[4096];
+      size_t k = fread(probe, 1, sizeof probe, f);
+      if (k == 0) break;
+      cap = 2 * (n + k + 1);
+      buf = fm_xrealloc(buf, cap);
+      memcpy(buf + n, probe, k);
+      n += k;
+      continue;
+    }
+    size_t k = fread(buf + n, 1, cap - 1 - n, f);
+    if (k == 0) break;
+    n += k;
+  }
   int bad = ferror(f);
   int saved = errno;
   fclose(f);
   if (bad) {
-    fm_str_free(&b);
+    free(buf);
     errno = saved;
     return FM_EIO;
   }
-  *text = b.s;
-  if (len) *len = b.len;
+  buf[n] = '\0';
+  *text = buf;
+  if (len) *len = n;
   return 0;
 }
 

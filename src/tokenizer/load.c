@@ -103,18 +103,6 @@ static int parse_json_text(const char *path, const char *text, size_t len, FmJso
   return 0;
 }
 
-static int parse_json_file(const char *path, FmJsonDoc *doc, FILE *err) {
-  char *text;
-  size_t len;
-  if (fm_read_file(path, &text, &len)) {
-    fm_say(err, NULL, "%s: cannot read: %s", path, strerror(errno));
-    return FM_EIO;
-  }
-  int rc = parse_json_text(path, text, len, doc, err);
-  free(text);
-  return rc;
-}
-
 /* vocab: {"ByteLevel token": id, ...}. added: content of added tokens, whose
  * vocab entries (if any) are kept as raw text. */
 static int load_vocab(FmTokenizer *t, const FmJson *v, const char *file, const char *where, int64_t entries,
@@ -247,19 +235,33 @@ static const char *flat_key(const char *p, const char *end, char *out, size_t *o
   return (const char *)q + 1;
 }
 
-/* Fills t's vocab from encoder.json's text; 1: done, 0: not the plain form
- * or not valid (t is then partly filled and must be discarded). */
-static int flat_vocab(FmTokenizer *t, const char *text, size_t len) {
+/* encoder.json's (or model.vocab's) entries, decoded: phase one, before any
+ * table is touched, so that the entry count is known (load_vocab's id range
+ * check uses it). */
+typedef struct FlatVocab {
+  char *bytes;
+  FlatEntry *ent;
+  size_t n, used;
+} FlatVocab;
+
+static void flat_vocab_free(FlatVocab *fv) {
+  free(fv->ent), free(fv->bytes);
+  memset(fv, 0, sizeof *fv);
+}
+
+/* The object that is all of text[0..len) (whitespace around it allowed);
+ * 1: the plain form, entries in fv (free with flat_vocab_free either way). */
+static int flat_vocab_scan(const char *text, size_t len, FlatVocab *fv) {
+  memset(fv, 0, sizeof *fv);
   const char *p = skip_json_ws(text, text + len), *end = text + len;
   if (p >= end || *p != '{') return 0;
   p = skip_json_ws(p + 1, end);
-  char *bytes = fm_xmalloc(len + 1);
-  FlatEntry *ent = NULL;
-  size_t n_ent = 0, cap = 0, used = 0;
+  fv->bytes = fm_xmalloc(len + 1);
+  size_t cap = 0;
   int ok = 0;
   while (p < end && *p == '"') {
     size_t kn;
-    const char *q = flat_key(p, end, bytes + used, &kn);
+    const char *q = flat_key(p, end, fv->bytes + fv->used, &kn);
     if (!q || kn == 0) break;
     q = skip_json_ws(q, end);
     if (q >= end || *q != ':') break;
@@ -269,12 +271,12 @@ static int flat_vocab(FmTokenizer *t, const char *text, size_t len) {
     while (q < end && *q >= '0' && *q <= '9' && q - d < 11) id = id * 10 + (*q++ - '0');
     if (q == d || q - d > 10 || (*d == '0' && q - d > 1) || id >= INT32_MAX) break;
     if (q < end && (*q == '.' || *q == 'e' || *q == 'E' || (*q >= '0' && *q <= '9'))) break;
-    if (n_ent == cap) {
+    if (fv->n == cap) {
       cap = cap ? 2 * cap : 65536;
-      ent = fm_xrealloc(ent, cap * sizeof *ent);
+      fv->ent = fm_xrealloc(fv->ent, cap * sizeof *fv->ent);
     }
-    ent[n_ent++] = (FlatEntry){(uint32_t)used, (uint32_t)kn, (int32_t)id};
-    used += kn;
+    fv->ent[fv->n++] = (FlatEntry){(uint32_t)fv->used, (uint32_t)kn, (int32_t)id};
+    fv->used += kn;
     p = skip_json_ws(q, end);
     if (p < end && *p == ',') {
       p = skip_json_ws(p + 1, end);
@@ -284,16 +286,24 @@ static int flat_vocab(FmTokenizer *t, const char *text, size_t len) {
     if (p < end && *p == '}') ok = skip_json_ws(p + 1, end) == end;
     break;
   }
-  ok = ok && n_ent > 0 && used < UINT32_MAX;
-  if (ok) {
-    /* load_vocab's checks, in its order: the id's range against the
-     * entry count, then fm__tok_set; a failure falls back to it. */
-    fm__tok_reserve(t, (int64_t)n_ent, (int64_t)n_ent, used + n_ent, 0);
-    for (size_t i = 0; i < n_ent && ok; i++)
-      ok = ent[i].id < (int64_t)n_ent + ID_SLACK &&
-           fm__tok_set(t, ent[i].id, bytes + ent[i].off, ent[i].len, FM__TOK_MODEL, NULL) == 0;
-  }
-  free(ent), free(bytes);
+  return ok && fv->n > 0 && fv->used < UINT32_MAX;
+}
+
+/* Phase two: load_vocab's checks, in its order (the id's range against
+ * entries, then fm__tok_set); 0 where one fails (t must then be dropped). */
+static int flat_vocab_apply(FmTokenizer *t, const FlatVocab *fv, int64_t entries) {
+  fm__tok_reserve(t, (int64_t)fv->n, (int64_t)fv->n, t->pool_len + fv->used + fv->n, 0);
+  for (size_t i = 0; i < fv->n; i++)
+    if (fv->ent[i].id >= entries + ID_SLACK ||
+        fm__tok_set(t, fv->ent[i].id, fv->bytes + fv->ent[i].off, fv->ent[i].len, FM__TOK_MODEL, NULL) != 0)
+      return 0;
+  return 1;
+}
+
+static int flat_vocab(FmTokenizer *t, const char *text, size_t len) {
+  FlatVocab fv;
+  int ok = flat_vocab_scan(text, len, &fv) && flat_vocab_apply(t, &fv, (int64_t)fv.n);
+  flat_vocab_free(&fv);
   return ok;
 }
 
@@ -626,12 +636,211 @@ static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, 
   return rc;
 }
 
-static int load_tokenizer_json(FmTokenizer **out, const char *path, FILE *err) {
-  FmJsonDoc doc;
-  int rc = parse_json_file(path, &doc, err);
-  if (rc) return rc;
-  const FmJson *root = &doc.root;
-  FmTokenizer *t = fm__tok_new(FM__TOK_MERGES);
+/* ---- tokenizer.json's vocab and merges without the JSON tree ------------ */
+/* model.vocab and model.merges are nearly all of a tokenizer.json (the
+ * Llama 3 file: 128K entries, 280K merges, millions of JSON nodes). When the
+ * file is plain, the rest of the document is parsed by fm_json_parse with
+ * those two values written as {} and [], and they are read by the direct
+ * scanners (flat_vocab_scan, flat_merges_scan). That is the same document:
+ * up to the two values every byte is the same, a scanner accepts only a
+ * complete value, and a JSON value ends where its own text says. Anything
+ * else, and any check that fails, drops the result and the file is read
+ * again through the general path, which gives every message. */
+
+/* The end of the string starting at p (its opening quote), or NULL. Sets
+ * *esc when it holds a backslash. */
+static const char *skip_json_str(const char *p, const char *end, bool *esc) {
+  for (p++; p < end; p++) {
+    if (*p == '\\') {
+      *esc = true;
+      p++;
+    } else if (*p == '"') {
+      return p + 1;
+    }
+  }
+  return NULL;
+}
+
+/* The end of the value starting at p: strings and brackets are followed
+ * (string-aware depth), anything else runs to a delimiter. Validates
+ * nothing: fm_json_parse or a scanner checks the same text afterwards. */
+static const char *skip_json_value(const char *p, const char *end) {
+  bool esc = false;
+  if (p >= end) return NULL;
+  if (*p == '"') return skip_json_str(p, end, &esc);
+  if (*p == '{' || *p == '[') {
+    int64_t depth = 0;
+    while (p < end) {
+      if (*p == '"') {
+        if (!(p = skip_json_str(p, end, &esc))) return NULL;
+        continue;
+      }
+      if (*p == '{' || *p == '[') depth++;
+      else if ((*p == '}' || *p == ']') && --depth == 0) return p + 1;
+      p++;
+    }
+    return NULL;
+  }
+  while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') p++;
+  return p;
+}
+
+/* In the object at p, the value of the first key equal to `a` and of the
+ * first equal to `b` (b may be NULL): [start, end) each, or start NULL when
+ * absent. 0 when the object's form is not followed (or a key has an escape:
+ * the keys are compared as written). */
+static int find_members(const char *p, const char *end, const char *a, const char *b, const char *span[2][2]) {
+  span[0][0] = span[0][1] = span[1][0] = span[1][1] = NULL;
+  p = skip_json_ws(p, end);
+  if (p >= end || *p != '{') return 0;
+  p = skip_json_ws(p + 1, end);
+  if (p < end && *p == '}') return 1;
+  for (;;) {
+    if (p >= end || *p != '"') return 0;
+    bool esc = false;
+    const char *k = p + 1, *q = skip_json_str(p, end, &esc);
+    if (!q || esc) return 0;
+    size_t kn = (size_t)(q - 1 - k);
+    q = skip_json_ws(q, end);
+    if (q >= end || *q != ':') return 0;
+    q = skip_json_ws(q + 1, end);
+    const char *ve = skip_json_value(q, end);
+    if (!ve || ve == q) return 0;
+    for (int w = 0; w < 2; w++) {
+      const char *name = w ? b : a;
+      if (name && !span[w][0] && kn == strlen(name) && !memcmp(k, name, kn)) span[w][0] = q, span[w][1] = ve;
+    }
+    p = skip_json_ws(ve, end);
+    if (p < end && *p == ',') {
+      p = skip_json_ws(p + 1, end);
+      continue;
+    }
+    return p < end && *p == '}';
+  }
+}
+
+/* model.merges, decoded: left and right bytes side by side per merge. */
+typedef struct FlatMerges {
+  char *bytes;
+  uint32_t (*m)[3]; /* offset, left length, right length */
+  size_t n;
+} FlatMerges;
+
+/* A merge string "left right" at p: the JSON string decoded (escapes,
+ * two-byte UTF-8) with ByteLevel, split at its one space. */
+static const char *flat_merge_str(const char *p, const char *end, char *out, size_t *ln, size_t *rn) {
+  const uint8_t *q = (const uint8_t *)p + 1, *e = (const uint8_t *)end;
+  size_t n = 0, split = SIZE_MAX;
+  for (;;) {
+    if (q >= e) return NULL;
+    uint32_t cp = *q;
+    if (cp == '"') break;
+    if (cp < 0x20) return NULL;
+    if (cp < 0x80 && cp != '\\') {
+      q++;
+    } else if (cp >= 0xC2 && cp <= 0xDF) {
+      if (q + 1 >= e || (q[1] & 0xC0) != 0x80) return NULL;
+      cp = (cp & 0x1F) << 6 | (q[1] & 0x3F);
+      q += 2;
+    } else if (cp == '\\' && q + 5 < e && q[1] == 'u') {
+      cp = 0;
+      for (int i = 2; i < 6; i++) {
+        int d = hex_digit(q[i]);
+        if (d < 0) return NULL;
+        cp = cp << 4 | (uint32_t)d;
+      }
+      q += 6;
+    } else if (cp == '\\' && q + 1 < e && (q[1] == '"' || q[1] == '\\' || q[1] == '/')) {
+      cp = q[1];
+      q += 2;
+    } else {
+      return NULL; /* other escapes are control characters: never ByteLevel */
+    }
+    if (cp == ' ') {
+      if (split != SIZE_MAX) return NULL;
+      split = n;
+      continue;
+    }
+    int b = fm__tok_cp_to_byte(cp);
+    if (b < 0) return NULL;
+    out[n++] = (char)b;
+  }
+  if (split == SIZE_MAX) return NULL;
+  *ln = split, *rn = n - split;
+  return (const char *)q + 1;
+}
+
+/* The array that is exactly text[0..len): merges as "a b" strings or
+ * ["a", "b"] pairs; 1: the plain form, merges in fm (free either way). */
+static int flat_merges_scan(const char *text, size_t len, FlatMerges *fm) {
+  memset(fm, 0, sizeof *fm);
+  const char *p = text, *end = text + len;
+  if (p >= end || *p != '[') return 0;
+  p = skip_json_ws(p + 1, end);
+  fm->bytes = fm_xmalloc(len + 1);
+  size_t cap = 0, used = 0;
+  int ok = 0;
+  while (p < end && (*p == '"' || *p == '[')) {
+    size_t ln = 0, rn = 0;
+    if (*p == '"') {
+      p = flat_merge_str(p, end, fm->bytes + used, &ln, &rn);
+    } else {
+      p = skip_json_ws(p + 1, end);
+      p = p < end && *p == '"' ? flat_key(p, end, fm->bytes + used, &ln) : NULL;
+      p = p ? skip_json_ws(p, end) : NULL;
+      p = p && p < end && *p == ',' ? skip_json_ws(p + 1, end) : NULL;
+      p = p && p < end && *p == '"' ? flat_key(p, end, fm->bytes + used + ln, &rn) : NULL;
+      p = p ? skip_json_ws(p, end) : NULL;
+      p = p && p < end && *p == ']' ? p + 1 : NULL;
+    }
+    if (!p || !ln || !rn) break;
+    if (fm->n == cap) {
+      cap = cap ? 2 * cap : 65536;
+      fm->m = fm_xrealloc(fm->m, cap * sizeof *fm->m);
+    }
+    fm->m[fm->n][0] = (uint32_t)used, fm->m[fm->n][1] = (uint32_t)ln, fm->m[fm->n][2] = (uint32_t)rn;
+    fm->n++;
+    used += ln + rn;
+    p = skip_json_ws(p, end);
+    if (p < end && *p == ',') {
+      p = skip_json_ws(p + 1, end);
+      if (p >= end || (*p != '"' && *p != '[')) break;
+      continue;
+    }
+    ok = p + 1 == end && *p == ']';
+    break;
+  }
+  return ok && used < UINT32_MAX;
+}
+
+/* load_merges_json's lookups and additions, in its order; 0 where a merge
+ * is not in the vocab (t must then be dropped). */
+static int flat_merges_apply(FmTokenizer *t, const FlatMerges *fm) {
+  fm__tok_reserve(t, 0, 0, 0, (int64_t)fm->n);
+  int32_t guess = 256;
+  for (size_t i = 0; i < fm->n; i++) {
+    const char *s = fm->bytes + fm->m[i][0];
+    size_t ln = fm->m[i][1], rn = fm->m[i][2];
+    int32_t l = fm__tok_lookup(t, s, ln), r = l >= 0 ? fm__tok_lookup(t, s + ln, rn) : -1;
+    int32_t m = r >= 0 ? fm__tok_lookup_near(t, s, ln + rn, guess) : -1;
+    if (m < 0) return 0;
+    fm__tok_add_merge(t, l, r, m);
+    guess = m + 1;
+  }
+  return 1;
+}
+
+static void flat_merges_free(FlatMerges *fm) {
+  free(fm->m), free(fm->bytes);
+  memset(fm, 0, sizeof *fm);
+}
+
+/* Everything load_tokenizer_json reads from the document, in its order.
+ * fv, fm: model.vocab and model.merges from the scanners (root's are then
+ * {} and []), or NULL: from root. */
+static int tokenizer_json_build(FmTokenizer *t, const FmJson *root, const char *path, FILE *err, const FlatVocab *fv,
+                                const FlatMerges *fm) {
+  int rc = 0;
   if (root->type != FM_JSON_OBJ) rc = unsupported(err, path, "(root)", NULL, "must be an object");
   const FmJson *norm = rc ? NULL : fm_json_get(root, "normalizer");
   if (!rc && !is_null(norm))
@@ -653,14 +862,64 @@ static int load_tokenizer_json(FmTokenizer **out, const char *path, FILE *err) {
       rc = unsupported(err, path, "post_processor", ty, "not supported");
   }
   const FmJson *added = rc ? NULL : fm_json_get(root, "added_tokens"), *vocab = rc ? NULL : fm_json_get(m, "vocab");
-  int64_t entries = (added && added->type == FM_JSON_ARR ? added->n : 0) + (vocab && vocab->type == FM_JSON_OBJ ? vocab->n : 0);
+  int64_t entries = (added && added->type == FM_JSON_ARR ? added->n : 0) +
+                    (fv ? (int64_t)fv->n : vocab && vocab->type == FM_JSON_OBJ ? vocab->n : 0);
   if (!rc) rc = load_added(t, added, path, entries, err);
-  if (!rc) rc = load_vocab(t, vocab, path, "model.vocab", entries, err);
+  if (!rc) rc = fv ? (flat_vocab_apply(t, fv, entries) ? 0 : FM_EFORMAT) : load_vocab(t, vocab, path, "model.vocab", entries, err);
   if (!rc) {
     t->ignore_merges = bool_or(fm_json_get(m, "ignore_merges"), false);
-    rc = load_merges_json(t, fm_json_get(m, "merges"), path, err);
+    rc = fm ? (flat_merges_apply(t, fm) ? 0 : FM_EFORMAT) : load_merges_json(t, fm_json_get(m, "merges"), path, err);
   }
-  fm_json_free(&doc);
+  return rc;
+}
+
+/* The direct path: a tokenizer built up to fm__tok_finish, or NULL. */
+static FmTokenizer *tokenizer_json_flat(const char *path, const char *text, size_t len) {
+  const char *end = text + len, *root[2][2], *model[2][2];
+  if (!find_members(text, end, "model", NULL, root) || !root[0][0] ||
+      !find_members(root[0][0], root[0][1], "vocab", "merges", model) || !model[0][0] || !model[1][0])
+    return NULL;
+  FlatVocab fv;
+  FlatMerges fm;
+  memset(&fm, 0, sizeof fm);
+  int ok = flat_vocab_scan(model[0][0], (size_t)(model[0][1] - model[0][0]), &fv) &&
+           flat_merges_scan(model[1][0], (size_t)(model[1][1] - model[1][0]), &fm);
+  FmTokenizer *t = NULL;
+  if (ok) { /* the document with the two values written as {} and [] */
+    int second = model[1][0] < model[0][0];
+    const char *cut[2][2] = {{model[second][0], model[second][1]}, {model[!second][0], model[!second][1]}};
+    const char *put[2] = {second ? "[]" : "{}", second ? "{}" : "[]"};
+    size_t n0 = (size_t)(cut[0][0] - text), n1 = (size_t)(cut[1][0] - cut[0][1]), n2 = (size_t)(end - cut[1][1]);
+    char *small = fm_xmalloc(n0 + n1 + n2 + 5);
+    memcpy(small, text, n0);
+    memcpy(small + n0, put[0], 2);
+    memcpy(small + n0 + 2, cut[0][1], n1);
+    memcpy(small + n0 + 2 + n1, put[1], 2);
+    memcpy(small + n0 + 4 + n1, cut[1][1], n2);
+    FmJsonDoc doc;
+    if (fm_json_parse(&doc, small, n0 + n1 + n2 + 4, 0, NULL) == 0) {
+      t = fm__tok_new(FM__TOK_MERGES);
+      if (tokenizer_json_build(t, &doc.root, path, NULL, &fv, &fm)) fm_tok_free(t), t = NULL;
+      fm_json_free(&doc);
+    }
+    free(small);
+  }
+  flat_vocab_free(&fv);
+  flat_merges_free(&fm);
+  return t;
+}
+
+static int load_tokenizer_json(FmTokenizer **out, const char *path, const char *text, size_t len, FILE *err) {
+  int rc = 0;
+  FmTokenizer *t = tokenizer_json_flat(path, text, len);
+  if (!t) { /* the general path, with its messages */
+    FmJsonDoc doc;
+    rc = parse_json_text(path, text, len, &doc, err);
+    if (rc) return rc;
+    t = fm__tok_new(FM__TOK_MERGES);
+    rc = tokenizer_json_build(t, &doc.root, path, err, NULL, NULL);
+    fm_json_free(&doc);
+  }
   if (!rc) rc = fm__tok_finish(t, path, err);
   if (rc) fm_tok_free(t);
   else *out = t;
@@ -684,7 +943,7 @@ int fm_tok_load(FmTokenizer **tok, const char *path, FILE *err) {
   }
   size_t i = 0;
   while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) i++;
-  int rc = i < len && text[i] == '{' ? load_tokenizer_json(tok, path, err) : load_tiktoken(tok, path, text, len, err);
+  int rc = i < len && text[i] == '{' ? load_tokenizer_json(tok, path, text, len, err) : load_tiktoken(tok, path, text, len, err);
   free(text);
   return rc;
 }

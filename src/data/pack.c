@@ -132,11 +132,17 @@ typedef struct Item {
   int64_t doc, off, len;
 } Item;
 
-static int item_cmp(const void *a, const void *b) {
-  const Item *x = a, *y = b;
-  if (x->len != y->len) return x->len > y->len ? -1 : 1;
-  if (x->doc != y->doc) return x->doc < y->doc ? -1 : 1;
-  return x->off < y->off ? -1 : x->off > y->off;
+/* Items in decreasing length, ties in input order (document, then offset: the order they were made in), by a
+ * stable counting sort over lengths 1..R (qsort and its comparisons were ~0.4% of a prep's CPU). */
+static Item *sort_items(Item *items, int64_t n, int64_t R) {
+  int64_t *at = fm_xcalloc((size_t)(R + 2), sizeof *at);
+  for (int64_t k = 0; k < n; k++) at[R - items[k].len + 1]++; /* longest first: length R at slot 0 */
+  for (int64_t l = 1; l <= R + 1; l++) at[l] += at[l - 1];
+  Item *out = fm_xmalloc((size_t)(n > 0 ? n : 1) * sizeof *out);
+  for (int64_t k = 0; k < n; k++) out[at[R - items[k].len]++] = items[k];
+  free(at);
+  free(items);
+  return out;
 }
 
 typedef struct Fit {
@@ -181,7 +187,7 @@ static void pack_bfd(FmPacked *o, const FmDoc *docs, int64_t n, bool split, FmPo
       items[nitems++] = (Item){i, off, docs[i].n - off < R ? docs[i].n - off : R};
     }
   }
-  qsort(items, (size_t)nitems, sizeof *items, item_cmp);
+  items = sort_items(items, nitems, R);
   Fit f = {0};
   for (f.size = 1; f.size <= R; f.size *= 2) {}
   f.cnt = fm_xcalloc((size_t)(2 * f.size), sizeof *f.cnt);

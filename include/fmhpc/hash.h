@@ -19,13 +19,6 @@ void fm_sha256_init(FmSha256 *s);
 void fm_sha256_update(FmSha256 *s, const void *data, size_t n);
 void fm_sha256_final(FmSha256 *s, uint8_t out[32]);
 void fm_sha256(const void *data, size_t n, uint8_t out[32]);
-/* The digests of two messages of the same length n (out0 of m0, out1 of
- * m1), as two fm_sha256 calls give them; with the x86 SHA extensions the
- * two compress side by side, faster than one after the other. */
-void fm_sha256_x2(const void *m0, const void *m1, size_t n, uint8_t out0[32], uint8_t out1[32]);
-/* fm_sha256_update of a with pa and of b with pb, n bytes each
- * (fm_sha256_update_multi of the two). */
-void fm_sha256_update_x2(FmSha256 *a, const void *pa, FmSha256 *b, const void *pb, size_t n);
 /* fm_sha256_update(ctx[i], data[i], n[i]) for i < k, the same states after
  * as those k calls leave (lengths may differ, any of them 0; the states'
  * buffered partial blocks may differ; the k states must be distinct). With

@@ -171,6 +171,7 @@ static size_t put_utf8(char *o, unsigned cp) {
   return 4;
 }
 
+#if !defined(FM_JSON_SSE2) /* the 8-byte word scans */
 /* Bytes of x equal to b (a byte times ONES): the high bit of each such byte
  * of the result is set, and the result is 0 exactly when there is none. */
 #define ONES  0x0101010101010101ull
@@ -192,6 +193,7 @@ static inline uint64_t load_le64(const char *p) {
 #endif
   return x;
 }
+#endif
 
 /* The quote that closes a string literal whose text starts at p (a
  * backslash escapes the byte after it), or end when none does. With SSE2
@@ -201,8 +203,8 @@ static inline uint64_t load_le64(const char *p) {
  * step's first. Else 8 bytes at a time in a word to the next quote or
  * backslash. */
 static const char *closing_quote(const char *p, const char *end) {
-  unsigned carry = 0; /* the byte at p is escaped */
 #if defined(FM_JSON_SSE2)
+  unsigned carry = 0; /* the byte at p is escaped */
   const __m128i vq = _mm_set1_epi8('"'), vb = _mm_set1_epi8('\\');
   for (; p + 16 <= end; p += 16) {
     __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
@@ -216,24 +218,6 @@ static const char *closing_quote(const char *p, const char *end) {
     if (q) return p + __builtin_ctz(q); /* the lowest bit is the first such byte */
     carry = esc >> 16 & 1;
   }
-#else
-  for (;;) {
-    if (carry) {
-      if (p >= end) return end;
-      p++, carry = 0;
-    }
-    for (; p + 8 <= end; p += 8) {
-      uint64_t x = load_le64(p), hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES);
-      if (hit) {
-        p += __builtin_ctzll(hit) >> 3;
-        break;
-      }
-    }
-    while (p < end && *p != '"' && *p != '\\') p++;
-    if (p >= end || *p == '"') return p;
-    p++, carry = 1; /* a backslash: the byte after it is escaped */
-  }
-#endif
   for (; p < end; p++) {
     if (carry) {
       carry = 0;
@@ -243,6 +227,21 @@ static const char *closing_quote(const char *p, const char *end) {
     carry = *p == '\\';
   }
   return end;
+#else
+  for (;;) {
+    for (; p + 8 <= end; p += 8) {
+      uint64_t x = load_le64(p), hit = bytes_eq(x, '"' * ONES) | bytes_eq(x, '\\' * ONES);
+      if (hit) {
+        p += __builtin_ctzll(hit) >> 3;
+        break;
+      }
+    }
+    while (p < end && *p != '"' && *p != '\\') p++;
+    if (p >= end || *p == '"') return p;
+    p += 2; /* a backslash and the byte it escapes */
+    if (p > end) return end;
+  }
+#endif
 }
 
 /* The run of plain bytes at q (up to end: no backslash, no control byte)

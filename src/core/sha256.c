@@ -375,22 +375,6 @@ void fm_sha256_update_multi(FmSha256 *const ctx[], const void *const data[], con
   }
 }
 
-void fm_sha256_x2(const void *m0, const void *m1, size_t n, uint8_t out0[32], uint8_t out1[32]) {
-  FmSha256 s0, s1;
-  fm_sha256_init(&s0);
-  fm_sha256_init(&s1);
-  fm_sha256_update_x2(&s0, m0, &s1, m1, n);
-  fm_sha256_final(&s0, out0);
-  fm_sha256_final(&s1, out1);
-}
-
-void fm_sha256_update_x2(FmSha256 *a, const void *pa, FmSha256 *b, const void *pb, size_t n) {
-  FmSha256 *const ctx[2] = {a, b};
-  const void *const data[2] = {pa, pb};
-  const size_t len[2] = {n, n};
-  fm_sha256_update_multi(ctx, data, len, 2);
-}
-
 void fm_hex(const uint8_t *bytes, size_t n, char *hex) {
   static const char d[] = "0123456789abcdef";
   for (size_t i = 0; i < n; i++) hex[2 * i] = d[bytes[i] >> 4], hex[2 * i + 1] = d[bytes[i] & 15];

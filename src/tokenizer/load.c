@@ -41,8 +41,8 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
   }
   int rc = 0;
   char *p = text, *end = text + len;
-  int64_t lines = 0;
-  for (const char *q = text; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) lines++;
+  int64_t lines = 0; /* non-empty ones: a file of blank lines must not reserve for each (from review) */
+  for (const char *q = text; (q = memchr(q, '\n', (size_t)(end - q))) != NULL; q++) lines += q > text && q[-1] != '\n';
   fm__tok_reserve(t, 0, 0, 0, lines + 1);
   /* left and right decoded side by side: buf[0..nl) + buf[nl..nl+nr) is
    * the merged token's bytes (decoding never lengthens) */
@@ -183,6 +183,48 @@ static int hex_digit(int c) {
   return -1;
 }
 
+/* One character of a key or merge string at q (not its closing quote): its
+ * code point (plain ASCII, two-byte UTF-8 or a JSON escape) in *cp; returns
+ * the position after it, or NULL where the scanners give up (to the general
+ * JSON path): longer UTF-8 is never a ByteLevel character. */
+static const uint8_t *flat_cp(const uint8_t *q, const uint8_t *e, uint32_t *cp) {
+  uint32_t c = *q;
+  if (c < 0x20) return NULL;
+  if (c < 0x80 && c != '\\') {
+    *cp = c;
+    return q + 1;
+  }
+  if (c >= 0xC2 && c <= 0xDF) { /* two-byte UTF-8 (C0, C1 would be overlong) */
+    if (q + 1 >= e || (q[1] & 0xC0) != 0x80) return NULL;
+    *cp = (c & 0x1F) << 6 | (q[1] & 0x3F);
+    return q + 2;
+  }
+  if (c != '\\' || q + 1 >= e) return NULL;
+  switch (q[1]) {
+    case '"': *cp = '"'; break;
+    case '\\': *cp = '\\'; break;
+    case '/': *cp = '/'; break;
+    case 'b': *cp = '\b'; break;
+    case 'f': *cp = '\f'; break;
+    case 'n': *cp = '\n'; break;
+    case 'r': *cp = '\r'; break;
+    case 't': *cp = '\t'; break;
+    case 'u': {
+      if (e - q < 6) return NULL;
+      c = 0;
+      for (int i = 2; i < 6; i++) {
+        int d = hex_digit(q[i]);
+        if (d < 0) return NULL;
+        c = c << 4 | (uint32_t)d;
+      }
+      *cp = c;
+      return q + 6;
+    }
+    default: return NULL;
+  }
+  return q + 2;
+}
+
 /* A key at p (its opening quote), decoded from ByteLevel into out; returns
  * the position after the closing quote, or NULL where the scanner gives up. */
 static const char *flat_key(const char *p, const char *end, char *out, size_t *outlen) {
@@ -190,44 +232,10 @@ static const char *flat_key(const char *p, const char *end, char *out, size_t *o
   size_t n = 0;
   for (;;) {
     if (q >= e) return NULL;
-    uint32_t cp = *q;
-    if (cp == '"') break;
-    if (cp < 0x20) return NULL;
-    if (cp < 0x80 && cp != '\\') {
-      q++;
-    } else if (cp >= 0xC2 && cp <= 0xDF) { /* two-byte UTF-8 (C0, C1 would be overlong) */
-      if (q + 1 >= e || (q[1] & 0xC0) != 0x80) return NULL;
-      cp = (cp & 0x1F) << 6 | (q[1] & 0x3F);
-      q += 2;
-    } else if (cp == '\\') {
-      if (q + 1 >= e) return NULL;
-      switch (q[1]) {
-        case '"': cp = '"'; break;
-        case '\\': cp = '\\'; break;
-        case '/': cp = '/'; break;
-        case 'b': cp = '\b'; break;
-        case 'f': cp = '\f'; break;
-        case 'n': cp = '\n'; break;
-        case 'r': cp = '\r'; break;
-        case 't': cp = '\t'; break;
-        case 'u': {
-          if (e - q < 6) return NULL;
-          cp = 0;
-          for (int i = 2; i < 6; i++) {
-            int d = hex_digit(q[i]);
-            if (d < 0) return NULL;
-            cp = cp << 4 | (uint32_t)d;
-          }
-          q += 4;
-          break;
-        }
-        default: return NULL;
-      }
-      q += 2;
-    } else {
-      return NULL; /* longer UTF-8 or invalid: never a ByteLevel character */
-    }
-    int b = fm__tok_cp_to_byte(cp); /* surrogates and cp >= 0x800 give -1 too */
+    if (*q == '"') break;
+    uint32_t cp;
+    if (!(q = flat_cp(q, e, &cp))) return NULL;
+    int b = fm__tok_cp_to_byte(cp); /* control characters, surrogates and cp >= 0x800 give -1 */
     if (b < 0) return NULL;
     out[n++] = (char)b;
   }
@@ -414,13 +422,18 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
         path, base);
     return FM_EFORMAT;
   }
-  int64_t entries = 0;
+  int64_t entries = 0, filled = 0; /* lines (the ranks' bound), and the non-empty ones (what is reserved) */
   char where[32];
-  for (size_t i = 0; i < len; i++) entries += text[i] == '\n';
+  for (size_t i = 0; i < len; i++) {
+    entries += text[i] == '\n';
+    filled += text[i] == '\n' && i > 0 && text[i - 1] != '\n';
+  }
   entries += len > 0 && text[len - 1] != '\n';
+  filled += len > 0 && text[len - 1] != '\n';
   FmTokenizer *t = fm__tok_new(FM__TOK_RANKS);
   t->ignore_merges = true; /* tiktoken: a piece in the encoder is one token */
-  fm__tok_reserve(t, entries, entries, len + (size_t)entries, 0); /* base64 decodes shorter */
+  /* base64 decodes shorter; blank lines reserve nothing (a file of them must not allocate gigabytes: from review) */
+  fm__tok_reserve(t, filled, filled, len + (size_t)filled, 0);
   char *buf = fm_xmalloc(len + 1);
   int rc = 0;
   const char *p = text, *end = text + len;
@@ -733,29 +746,9 @@ static const char *flat_merge_str(const char *p, const char *end, char *out, siz
   size_t n = 0, split = SIZE_MAX;
   for (;;) {
     if (q >= e) return NULL;
-    uint32_t cp = *q;
-    if (cp == '"') break;
-    if (cp < 0x20) return NULL;
-    if (cp < 0x80 && cp != '\\') {
-      q++;
-    } else if (cp >= 0xC2 && cp <= 0xDF) {
-      if (q + 1 >= e || (q[1] & 0xC0) != 0x80) return NULL;
-      cp = (cp & 0x1F) << 6 | (q[1] & 0x3F);
-      q += 2;
-    } else if (cp == '\\' && q + 5 < e && q[1] == 'u') {
-      cp = 0;
-      for (int i = 2; i < 6; i++) {
-        int d = hex_digit(q[i]);
-        if (d < 0) return NULL;
-        cp = cp << 4 | (uint32_t)d;
-      }
-      q += 6;
-    } else if (cp == '\\' && q + 1 < e && (q[1] == '"' || q[1] == '\\' || q[1] == '/')) {
-      cp = q[1];
-      q += 2;
-    } else {
-      return NULL; /* other escapes are control characters: never ByteLevel */
-    }
+    if (*q == '"') break;
+    uint32_t cp;
+    if (!(q = flat_cp(q, e, &cp))) return NULL;
     if (cp == ' ') {
       if (split != SIZE_MAX) return NULL;
       split = n;

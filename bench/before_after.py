@@ -261,18 +261,31 @@ if m and len(tt) >= 3:
     tok_cpu = int(m.group(1)) / 2 * 3 / (float(tt[1]) + float(tt[2]))  # 3 passes ran: a warm-up and 2 timed
 
 
-def prep(tag, run="prep_"):
-    t = read(run + tag)
+def cpu_of(name):
+    """user + sys CPU-s of a "cpu U S" time file (None when missing)."""
+    tm = read(name).split()
+    return float(tm[1]) + float(tm[2]) if len(tm) >= 3 else None
+
+
+def prep(tag, run="prep_", rank=False):
+    """A prep's tokens, CPU-s and store bytes: the whole job's CPU (mpirun and the rank), or with rank=True the rank's
+    alone (timed inside mpirun; its own least-CPU round)."""
+    name = ("rank_" if rank else "") + run + tag
+    t = read(name)
     mt = re.search(r"train\s+[0-9,]+ documents, ([0-9,]+) tokens", t)
     ms_ = re.search(r"store_bytes=(\d+)", t)
-    tm = read("%s%s.time" % (run, tag)).split()
-    if not mt or len(tm) < 3:
+    cpu = cpu_of(name + (".rtime" if rank else ".time"))
+    if not mt or cpu is None:
         return None
     toks = int(mt.group(1).replace(",", ""))
-    return dict(tokens=toks, cpu_s=float(tm[1]) + float(tm[2]), bytes=int(ms_.group(1)) if ms_ else 0)
+    return dict(tokens=toks, cpu_s=cpu, bytes=int(ms_.group(1)) if ms_ else 0)
 
 
 pa, pb = prep("after"), prep("before")
+ra_, rb_ = prep("after", rank=True), prep("before", rank=True)
+# the start-up alone (mpirun -n 1 fmhpc --version: MPI's launch, init and finalize), the job's CPU and the rank's
+st = {k: cpu_of(k) for k in ("start_after.time", "start_before.time", "rank_start_after.rtime",
+                             "rank_start_before.rtime")}
 
 
 def pcell(p):
@@ -283,9 +296,21 @@ def pr(p):
     return (p["tokens"] / p["cpu_s"] / tok_cpu) if p and tok_cpu else None
 
 
-row("prep linux-doc%s, 1 rank, per CPU-s" % (" (1/4)" if quick else ""), pcell(pb), pcell(pa),
+row("prep linux-doc%s, 1 rank, per CPU-s of the job (mpirun + rank)" % (" (1/4)" if quick else ""), pcell(pb), pcell(pa),
     "tokenizer alone %.0f tok/CPU-s" % tok_cpu if tok_cpu else "-",
     "%.2fx" % pr(pb) if pr(pb) else "-", "%.2fx" % pr(pa) if pr(pa) else "-", ">= 0.70x", met_ge(pr(pa), 0.70))
+row("prep linux-doc%s, 1 rank, per CPU-s of the rank (fmhpc alone, timed inside mpirun)" % (" (1/4)" if quick else ""),
+    pcell(rb_), pcell(ra_), "tokenizer alone %.0f tok/CPU-s" % tok_cpu if tok_cpu else "-",
+    "%.2fx" % pr(rb_) if pr(rb_) else "-", "%.2fx" % pr(ra_) if pr(ra_) else "-", ">= 0.70x", met_ge(pr(ra_), 0.70))
+
+
+def scell(job, rank):
+    return "%.3f CPU-s (rank %.3f, mpirun %.3f)" % (job, rank, job - rank) if job and rank else "-"
+
+
+row("start-up alone: mpirun -n 1 fmhpc --version (launch, MPI init, finalize)",
+    scell(st["start_before.time"], st["rank_start_before.rtime"]),
+    scell(st["start_after.time"], st["rank_start_after.rtime"]), "-", "-", "-", "- (in every prep above)", "-")
 # twice the corpus: the same fixed start-up over twice the tokens; and the rate of the second copy alone (the CPU
 # that the extra tokens cost: what a long prep runs at once started), which that start-up does not weigh on
 pa2, pb2 = prep("after", "prep2_"), prep("before", "prep2_")
@@ -314,16 +339,22 @@ if pa and pa["bytes"] and tok_cpu and pio:
     tk = pa["tokens"] / tok_cpu
     bound = tk / (tk + wr_s + sha_s)
     bound_w = tk / (tk + wr_s)
+    s_job, s_rank = st["start_after.time"] or 0, st["rank_start_after.rtime"] or 0
+    bound_job, bound_rank = tk / (tk + wr_s + sha_s + s_job), tk / (tk + wr_s + sha_s + s_rank)
     bounds.append(dict(
-        goal="prep >= 0.70x the tokenizer", bound_ratio=bound, measured_ratio=pr(pa),
+        goal="prep >= 0.70x the tokenizer", bound_ratio=bound_rank, measured_ratio=pr(ra_),
+        bound_ratio_job=bound_job, measured_ratio_job=pr(pa),
         text="prep writes %.1f bytes a token (the store, %d bytes for %d tokens); written alone as prep writes it "
         "(a kept file, 1 MiB pieces) it costs %.3f CPU-s (%.2f GB per CPU-s; bench_roof's three kept 1 GiB files: "
         "%.2f), and SHA-256 of the store and the input (the manifest's checksums) %.3f CPU-s; with the tokenizer's "
         "%.2f CPU-s for these tokens (%.0f tok/CPU-s) prep can reach at most %.2fx of the tokenizer alone (%.2fx "
-        "from the writes alone) before any other work; measured %.2fx%s"
+        "from the writes alone) before any other work; with the start-up alone (mpirun -n 1 fmhpc --version) of the "
+        "rank, %.3f CPU-s, at most %.2fx per CPU-s of the rank (measured %.2fx); with the whole job's start-up, "
+        "%.3f CPU-s (mpirun's own %.3f), at most %.2fx per CPU-s of the job (measured %.2fx)%s"
         % (bpt, pa["bytes"], pa["tokens"], wr_s, pa["bytes"] / 1e9 / wr_s if wr_s > 0 else 0, wkc, sha_s, tk,
-           tok_cpu, bound, bound_w, pr(pa) or 0,
-           "; these costs alone do not bar 0.70x" if bound >= 0.70 else "; 0.70x is above this bound")))
+           tok_cpu, bound, bound_w, s_rank, bound_rank, pr(ra_) or 0, s_job, s_job - s_rank, bound_job, pr(pa) or 0,
+           "; these costs alone do not bar 0.70x" if bound_job >= 0.70 else
+           "; 0.70x is above the job's bound" if bound_rank >= 0.70 else "; 0.70x is above both bounds")))
 
 # ---- the checkpoint write against dd -----------------------------------------
 def best_of(name, prefix):

@@ -15,8 +15,10 @@
 # the sgemm peak measured in the same process), the exact reduction against a
 # float MPI_Allreduce at P=2 and P=4 (bench/reduce: the exchange alone; a
 # GPT-2 micro-batch per rank with the exchange raw and exposed), prep against
-# the tokenizer alone (PREP_ROUNDS, default 3, quick 1, rounds of tokenizer,
-# after, before; each side's round with the least CPU counts), the checkpoint write (bench/ckpt: GPT-2 124M + AdamW,
+# the tokenizer alone (PREP_ROUNDS, default 7, quick 1, rounds of tokenizer,
+# after, before; each side's round with the least CPU counts; the CPU of the
+# whole job, mpirun included, and of the rank alone, timed inside mpirun; and
+# the start-up alone: mpirun -n 1 fmhpc --version), the checkpoint write (bench/ckpt: GPT-2 124M + AdamW,
 # 2 ranks) against dd conv=fsync of the same bytes to the same disk ($TMPDIR
 # or /tmp). Then the roofline bounds, from figures measured in the
 # same run (bench/roof: one thread's sgemm per CPU-second, memcpy and
@@ -98,7 +100,7 @@ if [ "$QUICK" = 1 ]; then
   export FMHPC_BENCH_MIN_S="${FMHPC_BENCH_MIN_S:-1}"
 else
   B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1 CK_LAYERS=12 CK_ROUNDS=2
-  ROUNDS="${STEP_ROUNDS:-2}" PREP_ROUNDS="${PREP_ROUNDS:-3}"
+  ROUNDS="${STEP_ROUNDS:-2}" PREP_ROUNDS="${PREP_ROUNDS:-7}"
 fi
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the start" > "$LOGS/load"
 say() { echo "== $*" >&2; }
@@ -152,16 +154,16 @@ cat "$LOGS/corpus.jsonl" "$LOGS/corpus.jsonl" > "$LOGS/corpus2.jsonl"
 find /usr/share/doc/linux-doc-6.1/Documentation -name '*.rst.gz' | LC_ALL=C sort | sed -n "1,$((n / CORPUS))p" > "$LOGS/list"
 # PREP_ROUNDS interleaved rounds of tokenizer alone / after / before (each a second or two, and this VM's speed drifts
 # by 10% within minutes); each side's round with the least CPU counts (the tokenizer's: its CPU per token)
-least_cpu() { # OUT ROUND_FILES...: copies the round whose .time file says the least user + sys CPU (and its .time);
-  local out="$1" best="$2" bc=-1 f c # a round that FAILED (quick to fail: little CPU) never counts
-  shift
+least_cpu() { # EXT OUT ROUND_FILES...: copies the round whose .EXT file says the least user + sys CPU (and that file)
+  local ext="$1" out="$2" best="$3" bc=-1 f c # a round that FAILED (quick to fail: little CPU) never counts
+  shift 2
   for f in "$@"; do
     grep -q FAILED "$f" 2>/dev/null && continue
-    c=$(awk '/^cpu/ { print $2 + $3 }' "$f.time" 2>/dev/null)
+    c=$(awk '/^cpu/ { print $2 + $3 }' "$f.$ext" 2>/dev/null)
     if [ -n "$c" ] && { [ "$bc" = -1 ] || awk -v a="$c" -v b="$bc" 'BEGIN { exit !(a < b) }'; }; then bc="$c" best="$f"; fi
   done
   cp "$best" "$out"
-  cp "$best.time" "$out.time" 2>/dev/null || true
+  cp "$best.$ext" "$out.$ext" 2>/dev/null || true
 }
 for r in $(seq 1 "$PREP_ROUNDS"); do
   say "tokenizer alone (round $r of $PREP_ROUNDS)"
@@ -172,18 +174,26 @@ for r in $(seq 1 "$PREP_ROUNDS"); do
       fm="$AFTER_B/fmhpc"
       [ "$tag" = before ] && fm="$BEFORE_B/fmhpc"
       rm -rf "$LOGS/store"
-      (cd "$LOGS" && /usr/bin/time -f "cpu %U %S" -o "$LOGS/prep${c}_$tag.r$r.time" mpirun -n 1 "$fm" \
-        "$ROOT/inputs/prep_linuxdoc_nano.in" "prep%inputs='$LOGS/corpus$c.jsonl'" "prep%tokenizer='$ENC'" \
+      # the job's CPU (mpirun and the rank) and, timed inside mpirun, the rank's alone
+      (cd "$LOGS" && /usr/bin/time -f "cpu %U %S" -o "$LOGS/prep${c}_$tag.r$r.time" mpirun -n 1 \
+        /usr/bin/time -f "cpu %U %S" -o "$LOGS/prep${c}_$tag.r$r.rtime" "$fm" "$ROOT/inputs/prep_linuxdoc_nano.in" "prep%inputs='$LOGS/corpus$c.jsonl'" "prep%tokenizer='$ENC'" \
         "prep%output='$LOGS/store'" prep%valid_fraction=0 > "$LOGS/prep${c}_$tag.r$r" 2>&1) ||
         echo "FAILED" >> "$LOGS/prep${c}_$tag.r$r"
       echo "store_bytes=$(du -sb "$LOGS/store" 2>/dev/null | cut -f1)" >> "$LOGS/prep${c}_$tag.r$r"
     done
+    # the start-up alone: MPI's launch and init, the deck, MPI_Finalize (the job, and the rank inside it)
+    (cd "$LOGS" && /usr/bin/time -f "cpu %U %S" -o "$LOGS/start_$tag.r$r.time" mpirun -n 1 \
+      /usr/bin/time -f "cpu %U %S" -o "$LOGS/start_$tag.r$r.rtime" "$fm" --version > "$LOGS/start_$tag.r$r" 2>&1) ||
+      echo "FAILED" >> "$LOGS/start_$tag.r$r"
   done
 done
 rm -rf "$LOGS/store"
-for tag in tok prep_after prep_before prep2_after prep2_before; do
+for tag in tok prep_after prep_before prep2_after prep2_before start_after start_before; do
   # shellcheck disable=SC2046
-  least_cpu "$LOGS/$tag" $(for r in $(seq 1 "$PREP_ROUNDS"); do echo "$LOGS/$tag.r$r"; done)
+  least_cpu time "$LOGS/$tag" $(for r in $(seq 1 "$PREP_ROUNDS"); do echo "$LOGS/$tag.r$r"; done)
+  [ "$tag" = tok ] && continue
+  # shellcheck disable=SC2046
+  least_cpu rtime "$LOGS/rank_$tag" $(for r in $(seq 1 "$PREP_ROUNDS"); do echo "$LOGS/$tag.r$r"; done)
 done
 # the bound's write rate with prep's own write pattern: the after store's bytes into a kept file in FM_WRITE_CHUNK
 # pieces (bench/prep/bench_shard_io.c; bench_roof's 1 GiB files, three kept, cost several times more per byte)
@@ -229,7 +239,7 @@ say "roofs"
 OPENBLAS_NUM_THREADS=1 "$LOGS/bench_roof" "$NP" $ROOF_MIB "$LOGS" > "$LOGS/roof" 2>&1 || echo "FAILED" >> "$LOGS/roof"
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the end" >> "$LOGS/load"
 for f in "$LOGS"/step_* "$LOGS"/reduce_* "$LOGS"/overlap_* "$LOGS"/prep_* "$LOGS"/ckpt_* "$LOGS"/tok "$LOGS"/roof; do
-  case "$f" in *.time | *.r[0-9]*) continue ;; esac
+  case "$f" in *.time | *.rtime | *.r[0-9]*) continue ;; esac
   sed "s|^|$(basename "$f"): |" "$f" | grep -v '^[^:]*: profile' >&2 || true
 done
 /usr/bin/python3 "$ROOT/bench/before_after.py" "$LOGS" "$JSON" "$QUICK" "$NP" "$RED_N" "$B" \

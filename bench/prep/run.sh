@@ -44,26 +44,31 @@ tok_n=$(sed 's/.* \([0-9]*\) tokens, .*/\1/' <<<"$tok")
 tok_cpu=$(awk -v n="$tok_n" '/^cpu/ { printf "%.0f", n / 2 * 3 / ($2 + $3) }' "$OUT/tok.time")
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
 echo "tokenizer alone (GPT-2 encoder.json, one core): $tok_rate tokens/s, $tok_cpu tokens per CPU-s"
-printf '%-6s %-5s %7s %8s %10s %11s %7s %8s %12s %7s\n' corpus ranks MiB "time s" MB/s/rank tok/s/rank "of tok" "CPU s" "tok/CPU-s" "of tok"
+printf '%-6s %-5s %7s %8s %10s %11s %7s %8s %12s %7s %11s %7s\n' corpus ranks MiB "time s" MB/s/rank tok/s/rank "of tok" "CPU s" "tok/CPU-s" "of tok" \
+  "rank CPU s" "of tok"
 for P in $RANKS; do
   for c in 0.25 0.5 1 2; do
     in="$OUT/c$c.jsonl"
     rm -rf "$OUT/store"
     log="$OUT/prep_${P}_$c.log"
-    (cd "$OUT" && /usr/bin/time -f "cpu %U %S" -o "$log.time" mpirun -n "$P" "$FMHPC" "$ROOT/inputs/prep_linuxdoc_nano.in" "prep%inputs='$in'" \
+    rt=() # at 1 rank, the rank's own CPU too (timed inside mpirun: without the launcher's)
+    [ "$P" = 1 ] && rt=(/usr/bin/time -f "cpu %U %S" -o "$log.rtime")
+    (cd "$OUT" && /usr/bin/time -f "cpu %U %S" -o "$log.time" mpirun -n "$P" "${rt[@]}" "$FMHPC" "$ROOT/inputs/prep_linuxdoc_nano.in" "prep%inputs='$in'" \
       "prep%tokenizer='$ENC'" "prep%output='$OUT/store'" prep%valid_fraction=0 > "$log" 2>&1) ||
       { tail -5 "$log"; echo "prep failed ($log)"; exit 1; }
     secs=$(grep -m1 '^time ' "$log" | awk '{print $2}')
     toks=$(grep -m1 '^train ' "$log" | sed 's/.*documents, \([0-9,]*\) tokens.*/\1/' | tr -d ,)
     bytes=$(stat -c %s "$in")
     cpu=$(awk '/^cpu/ { print $2 + $3 }' "$log.time")
+    rcpu=$(awk '/^cpu/ { print $2 + $3 }' "$log.rtime" 2>/dev/null || echo 0)
     if [ "$c" == 2 ] && [ -z "${bound_toks:-}" ]; then # the bound below: this run's shard, tokens and CPU
       bound_toks=$toks bound_in=$bytes bound_cpu=$cpu
       bound_shard=$(find "$OUT/store" -maxdepth 1 -type f \( -name '*.h5' -o -name '*.bin' \) -printf '%s\n' | awk '{ s += $1 } END { print s }')
     fi
-    awk -v c="$c" -v P="$P" -v b="$bytes" -v s="$secs" -v t="$toks" -v k="$tok_rate" -v u="$cpu" -v kc="$tok_cpu" 'BEGIN {
-      printf "%-6s %-5d %7.1f %8.2f %10.2f %11.0f %6.0f%% %8.2f %12.0f %6.0f%%\n", c "x", P, b / 1048576, s,
-             b / 1e6 / s / P, t / s / P, 100 * t / s / P / k, u, t / u, 100 * t / u / kc }'
+    awk -v c="$c" -v P="$P" -v b="$bytes" -v s="$secs" -v t="$toks" -v k="$tok_rate" -v u="$cpu" -v kc="$tok_cpu" -v ru="${rcpu:-0}" 'BEGIN {
+      printf "%-6s %-5d %7.1f %8.2f %10.2f %11.0f %6.0f%% %8.2f %12.0f %6.0f%%", c "x", P, b / 1048576, s,
+             b / 1e6 / s / P, t / s / P, 100 * t / s / P / k, u, t / u, 100 * t / u / kc
+      if (ru > 0) printf " %11.2f %6.0f%%\n", ru, 100 * t / ru / kc; else printf " %11s %7s\n", "-", "-" }'
   done
 done
 echo "goal: tok/s/rank >= 70% of the tokenizer alone; equal per-rank rates down each column (linear scaling)"
@@ -87,4 +92,5 @@ awk -v io="$io" -v fx="$fixed" -v t="$bound_toks" -v kc="$tok_cpu" -v sb="$bound
          100 * tk / (tk + fill + wr + sha), 100 * tk / pc, pc, pc - tk - fill - wr - sha
   printf "     of which %.2f s is the fixed start-up of a 3-record prep: mpirun, MPI init, the tokenizer'"'"'s load)\n", fx }'
 echo "(the page-cache copy varies several-fold from run to run in this VM: freshly backed pages cost more)"
-echo "(CPU s: user + sys of mpirun and every rank; tok/CPU-s is the rate that a loaded machine does not distort)"
+echo "(CPU s: user + sys of mpirun and every rank; tok/CPU-s is the rate that a loaded machine does not distort;"
+echo " rank CPU s: at 1 rank, the fmhpc process alone, timed inside mpirun: the launcher's own CPU left out)"

@@ -314,9 +314,13 @@ row("start-up alone: mpirun -n 1 fmhpc --version (launch, MPI init, finalize)",
 # twice the corpus: the same fixed start-up over twice the tokens; and the rate of the second copy alone (the CPU
 # that the extra tokens cost: what a long prep runs at once started), which that start-up does not weigh on
 pa2, pb2 = prep("after", "prep2_"), prep("before", "prep2_")
-row("prep linux-doc x2%s, 1 rank, per CPU-s" % (" (1/4)" if quick else ""), pcell(pb2), pcell(pa2),
+ra2, rb2 = prep("after", "prep2_", rank=True), prep("before", "prep2_", rank=True)
+row("prep linux-doc x2%s, 1 rank, per CPU-s of the job" % (" (1/4)" if quick else ""), pcell(pb2), pcell(pa2),
     "tokenizer alone %.0f tok/CPU-s" % tok_cpu if tok_cpu else "-",
     "%.2fx" % pr(pb2) if pr(pb2) else "-", "%.2fx" % pr(pa2) if pr(pa2) else "-", ">= 0.70x", met_ge(pr(pa2), 0.70))
+row("prep linux-doc x2%s, 1 rank, per CPU-s of the rank" % (" (1/4)" if quick else ""), pcell(rb2), pcell(ra2),
+    "tokenizer alone %.0f tok/CPU-s" % tok_cpu if tok_cpu else "-",
+    "%.2fx" % pr(rb2) if pr(rb2) else "-", "%.2fx" % pr(ra2) if pr(ra2) else "-", ">= 0.70x", met_ge(pr(ra2), 0.70))
 
 
 def marginal(p1, p2):
@@ -326,7 +330,8 @@ def marginal(p1, p2):
 
 
 ma, mb = marginal(pa, pa2), marginal(pb, pb2)
-row("prep linux-doc, the second copy's tokens alone (x2 - x1), per CPU-s", pcell(mb), pcell(ma),
+row("prep linux-doc%s, the second copy's tokens alone (x2 - x1), per CPU-s" % (" (1/4)" if quick else ""), pcell(mb),
+    pcell(ma),
     "tokenizer alone %.0f tok/CPU-s" % tok_cpu if tok_cpu else "-",
     "%.2fx" % pr(mb) if pr(mb) else "-", "%.2fx" % pr(ma) if pr(ma) else "-", "- (the rate once started)", "-")
 pio = re.search(r"shard_io: fill ([0-9.]+) write ([0-9.]+) sha ([0-9.]+)", read("prep_io"))

@@ -224,6 +224,7 @@ static void prep_free(Prep *p) {
   fm_packed_free(&p->pk[0]);
   fm_packed_free(&p->pk[1]);
   free(p->wseg);
+  free(p->id16);
   fm__prep_rowbuf_free(&p->part);
   fm__prep_rowbuf_free(&p->scratch);
 }
@@ -252,6 +253,8 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   if (!rc) {
     p.eos = fm_tok_eos_id(p.tok);
     p.pad = 0;
+    /* ids are < vocab size (specials included) and pad is 0: every id of every window fits in this width */
+    p.idw = fm_tok_vocab_size(p.tok) <= 65536 ? 2 : 4;
     if (p.eos < 0) {
       if (err)
         fprintf(err, "%s: the tokenizer has no end-of-document token\nhint: add '<|endoftext|>' as a special token\n",

@@ -110,6 +110,8 @@ typedef struct Prep {
   FmPacked pk[2]; /* a window's rows; buffers kept across windows */
   int32_t *wseg;  /* a window's segment lengths, as committed */
   int64_t wsegcap;
+  int idw;              /* bytes per token id in the window files this prep writes: 2 when the vocab fits u16, else 4 */
+  uint16_t *id16;       /* FM_WRITE_CHUNK bytes, made once: ids narrowed for a window file, or read from one to widen */
   RowBuf part, scratch; /* phase 2: a chunk of this rank's rows of a shard; rows read for a checksum */
   int64_t stat[NSTAT];
   /* progress */
@@ -124,6 +126,7 @@ typedef struct Bad {
 /* Per-window row counts and stats, as read back from a window file. */
 typedef struct WinInfo {
   int64_t rows[2], stat[NSTAT];
+  int64_t idw; /* bytes per token id in the file: 2 or 4 (only int64s: ranks sum WinInfos as int64 arrays) */
 } WinInfo;
 
 /* Every rank returns the lowest status any rank had. */

@@ -24,15 +24,20 @@ static const char *const stat_names[] = {
 static const char *const split_names[2] = {"train", "valid"};
 
 /* ---- windows ---------------------------------------------------------- */
-/* Window file: "FMWIN2\0\0", int64 R, has_pos, NSTAT, stats[NSTAT], then per
- * split (train, valid) int64 nsegs, mask_stored; then per split: tokens u32
- * (rows x R), segments per row i32 (rows), segment lengths i32 (nsegs), and
- * loss_mask u8 (rows x R) when mask_stored. Segment and position ids are not
- * stored: a row is its segments from column 0 on, then padding, so the
- * lengths rebuild them (and the loss mask too when it is 1 on every real id
- * and 0 on padding, as in text mode). That is 4-5 bytes per id written and
- * read back instead of 13. */
-static const char win_magic[8] = "FMWIN2";
+/* Window file: "FMWIN3\0" and a byte B (bytes per token id: 2 or 4), int64 R,
+ * has_pos, NSTAT, stats[NSTAT], then per split (train, valid) int64 nsegs,
+ * mask_stored; then per split: tokens uB (rows x R), segments per row i32
+ * (rows), segment lengths i32 (nsegs), and loss_mask u8 (rows x R) when
+ * mask_stored. Segment and position ids are not stored: a row is its segments
+ * from column 0 on, then padding, so the lengths rebuild them (and the loss
+ * mask too when it is 1 on every real id and 0 on padding, as in text mode).
+ * That is 3-5 bytes per id written and read back instead of 13. A prep writes
+ * B = 2 when its tokenizer's vocab (specials included) fits u16 (GPT-2's
+ * 50257), else 4. Files that begin "FMWIN2\0\0" (fmhpc before FMWIN3; the
+ * same layout with B = 4) are still read, so a prep resumed by a newer fmhpc
+ * keeps the windows an older one committed (the fingerprint's "v2" names the
+ * layout, which both share). */
+static const char win_magic[7] = "FMWIN3", win_magic2[8] = "FMWIN2"; /* win_magic: then B; win_magic2: then 0 */
 enum { WIN_HDR = 8 + 3 * 8 + NSTAT * 8 + 4 * 8 };
 
 char *fm__prep_win_path(const Prep *p, int64_t w, bool partial) {
@@ -66,6 +71,39 @@ static int pread_all(int fd, void *buf, size_t n, int64_t off) {
   return 0;
 }
 
+/* The FM_WRITE_CHUNK bytes of p->id16, made on first use and kept. */
+static uint16_t *id16_buf(Prep *p) {
+  if (!p->id16) p->id16 = fm_xmalloc(FM_WRITE_CHUNK);
+  return p->id16;
+}
+
+/* n ids, each < 65536 (Prep.idw), as u16, narrowed a chunk at a time into p->id16 */
+static int write_ids16(Prep *p, FILE *f, const uint32_t *ids, size_t n) {
+  uint16_t *b = id16_buf(p);
+  for (size_t i = 0; i < n;) {
+    size_t k = n - i < FM_WRITE_CHUNK / 2 ? n - i : FM_WRITE_CHUNK / 2;
+    for (size_t j = 0; j < k; j++) b[j] = (uint16_t)ids[i + j];
+    int rc = write_all(f, b, k * 2);
+    if (rc) return rc;
+    i += k;
+  }
+  return 0;
+}
+
+/* n ids of idw bytes each at offset off of fd, widened into out */
+static int read_ids(Prep *p, int fd, int64_t idw, uint32_t *out, size_t n, int64_t off) {
+  if (idw == 4) return pread_all(fd, out, n * 4, off);
+  uint16_t *b = id16_buf(p);
+  for (size_t i = 0; i < n;) {
+    size_t k = n - i < FM_WRITE_CHUNK / 2 ? n - i : FM_WRITE_CHUNK / 2;
+    int rc = pread_all(fd, b, k * 2, off + (int64_t)i * 2);
+    if (rc) return rc;
+    for (size_t j = 0; j < k; j++) out[i + j] = b[j];
+    i += k;
+  }
+  return 0;
+}
+
 static void wseg_reserve(Prep *p, int64_t n) {
   if (n <= p->wsegcap) return;
   p->wsegcap = 2 * n;
@@ -84,14 +122,17 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   }
   FILE *f = fopen(part, "wb");
   int rc = f ? 0 : FM_EIO;
-  if (!rc) rc = write_all(f, win_magic, 8);
+  char magic[8];
+  memcpy(magic, win_magic, 7);
+  magic[7] = (char)p->idw;
+  if (!rc) rc = write_all(f, magic, 8);
   if (!rc) rc = write_all(f, hdr, sizeof hdr);
   if (!rc) rc = write_all(f, p->stat, sizeof p->stat);
   if (!rc) rc = write_all(f, sec, sizeof sec);
   for (int s = 0; s < 2 && !rc; s++) {
     size_t n = (size_t)(pk[s].rows * p->R);
     if (!n) continue;
-    rc = write_all(f, pk[s].tokens, n * 4);
+    rc = p->idw == 4 ? write_all(f, pk[s].tokens, n * 4) : write_ids16(p, f, pk[s].tokens, n);
     if (!rc) rc = write_all(f, p->wseg + (s ? pk[0].rows + sec[0][0] : 0), (size_t)(pk[s].rows + sec[s][0]) * 4);
     if (!rc && sec[s][1]) rc = write_all(f, pk[s].loss_mask, n);
   }
@@ -117,14 +158,16 @@ int fm__prep_read_window_header(const Prep *p, int64_t w, WinInfo *wi) {
   char magic[8];
   int64_t hdr[3];
   int rc = 0;
-  if (!f || fread(magic, 1, 8, f) != 8 || memcmp(magic, win_magic, 8) != 0 || fread(hdr, sizeof hdr, 1, f) != 1 ||
-      hdr[0] != p->R || hdr[1] != (p->pos != FM_POS_NONE) || hdr[2] != NSTAT ||
-      fread(wi->stat, sizeof wi->stat, 1, f) != 1) {
+  bool got = f && fread(magic, 1, 8, f) == 8;
+  bool v3 = got && memcmp(magic, win_magic, 7) == 0 && (magic[7] == 2 || magic[7] == 4);
+  if (!got || (!v3 && memcmp(magic, win_magic2, 8) != 0) || fread(hdr, sizeof hdr, 1, f) != 1 || hdr[0] != p->R ||
+      hdr[1] != (p->pos != FM_POS_NONE) || hdr[2] != NSTAT || fread(wi->stat, sizeof wi->stat, 1, f) != 1) {
     fm_err("%s: missing or not a window file of this prep\nhint: delete %s and run again", path, p->work);
     rc = FM_EDATA;
   } else {
     wi->rows[0] = wi->stat[ST_rows_train];
     wi->rows[1] = wi->stat[ST_rows_valid];
+    wi->idw = v3 ? magic[7] : 4;
   }
   if (f) fclose(f);
   free(path);
@@ -157,12 +200,12 @@ static int read_window_rows(Prep *p, int64_t w, const WinInfo *wi, int s, int64_
                             RowBuf *b) {
   char *path = fm__prep_win_path(p, w, false);
   int fd = open(path, O_RDONLY);
-  int64_t R = p->R, sec[2][2] = {{0, 0}, {0, 0}}, nr = wi->rows[s];
+  int64_t R = p->R, sec[2][2] = {{0, 0}, {0, 0}}, nr = wi->rows[s], B = wi->idw;
   int rc = fd >= 0 ? pread_all(fd, sec, sizeof sec, WIN_HDR - (int64_t)sizeof sec) : FM_EIO;
   int64_t off = WIN_HDR;
-  if (s == 1) off += wi->rows[0] * R * 4 + (wi->rows[0] + sec[0][0]) * 4 + (sec[0][1] ? wi->rows[0] * R : 0);
-  int64_t o_cnt = off + nr * R * 4, o_len = o_cnt + nr * 4, o_mask = o_len + sec[s][0] * 4;
-  if (!rc) rc = pread_all(fd, b->tok + at * R, (size_t)(n * R * 4), off + r0 * R * 4);
+  if (s == 1) off += wi->rows[0] * R * B + (wi->rows[0] + sec[0][0]) * 4 + (sec[0][1] ? wi->rows[0] * R : 0);
+  int64_t o_cnt = off + nr * R * B, o_len = o_cnt + nr * 4, o_mask = o_len + sec[s][0] * 4;
+  if (!rc) rc = read_ids(p, fd, B, b->tok + at * R, (size_t)(n * R), off + r0 * R * B);
   if (!rc && sec[s][1]) rc = pread_all(fd, b->mask + at * R, (size_t)(n * R), o_mask + r0 * R);
   wseg_reserve(p, r0 + n);
   if (!rc) rc = pread_all(fd, p->wseg, (size_t)(r0 + n) * 4, o_cnt);

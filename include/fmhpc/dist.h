@@ -89,15 +89,15 @@ typedef struct FmReduce {
   float *amax;            /* (nblocks) max |g| over this step's micro-batches */
   float *amax_prev;       /* (nblocks) the previous step's, reduced over ranks */
   int64_t *acc;           /* (P*S) int64 accumulator, padded layout (exact) */
-  int64_t *acc_shard;     /* (S) reduce-scatter result (exact) */
-  FmRing *ring;           /* the int64 reduce-scatter's pipeline (exact) */
+  int64_t *acc_shard;     /* (S) reduce-scatter result (exact, P > 1) */
+  FmRing *ring;           /* the int64 reduce-scatter's pipeline (exact, P > 1) */
   FmOwnerSum *osum;       /* the per-bucket exchange (exact, mpi, P > 1), made by the first fm_reduce_bucket */
   FmShm *shm;             /* exact with every dp rank on one node (else NULL: ring, osum): acc and gather live in
                              this shared window; each owner sums its shard from every rank's acc, reads the
                              others' gather */
   float *gather;          /* (S) with shm: this rank's part of the parameter all-gather */
   int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
-  float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode, all-gather) */
+  float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode; all-gather at P > 1) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */
   double *norm_mine;      /* (norm_nb) this rank's block sums of squares */
   double *norm_all;       /* (P*norm_nb) every rank's, gathered */

@@ -57,12 +57,15 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
      * and pages untouched stay unbacked (the NCCL path never uses the window) */
   } else if (exact) {
     g->acc = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->acc);
-    g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
-    g->ring = fm_comm_ring_create(dp, g->S);
+    if (g->P > 1) { /* one rank's slot is the sum itself */
+      g->acc_shard = fm_xcalloc((size_t)g->S, sizeof *g->acc_shard);
+      g->ring = fm_comm_ring_create(dp, g->S);
+    }
   }
   /* fast mode stages the whole gradient here; both modes stage the shard
-   * for the parameter all-gather (not through a shared window) */
-  if (!g->shm) {
+   * for the parameter all-gather (not through a shared window; one rank's
+   * all-gather has nothing to move) */
+  if (!g->shm && (!exact || g->P > 1)) {
     g->sendf = fm_xcalloc((size_t)(exact ? g->S : g->P * g->S), sizeof *g->sendf);
     g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
   }
@@ -503,13 +506,15 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
     shm_owner_sum(g, shard_out);
   } else {
     const int64_t *sum = g->acc_shard;
-    if (g->bucketed && g->osum) /* summed into this rank's slot already */
+    if (g->P == 1 || (g->bucketed && g->osum)) /* one rank: its slot is the sum; buckets: summed into it already */
       sum = g->acc + (int64_t)g->r * g->S;
     else
       FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
-    for (int64_t i0 = 0; i0 < len; i0 += FM_DIST_BLOCK) { /* shards start on block boundaries */
-      const double inv = ldexp(1.0, -g->exp2[(lo + i0) / FM_DIST_BLOCK]);
-      const int64_t i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
+    const int64_t nb = (len + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (int64_t b = 0; b < nb; b++) { /* shards start on block boundaries; each element on its own: any split */
+      const double inv = ldexp(1.0, -g->exp2[lo / FM_DIST_BLOCK + b]);
+      const int64_t i0 = b * FM_DIST_BLOCK, i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
       for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)sum[i] * inv);
     }
   }
@@ -520,7 +525,8 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
 
 int fm_reduce_allgather(FmReduce *g, float *w) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
-  if (g->shm) { /* this rank's shard into its part of the window, then the others' straight from theirs */
+  if (g->P == 1) return 0; /* this rank's shard is the whole vector, in place */
+  if (g->shm) {            /* this rank's shard into its part of the window, then the others' straight from theirs */
     int rc = g->gather_read ? shm_sync(g) : 0;
     if (rc) return rc;
     memcpy(g->gather, w + lo, (size_t)len * sizeof(float));

@@ -262,9 +262,11 @@ if m and len(tt) >= 3:
 
 
 def cpu_of(name):
-    """user + sys CPU-s of a "cpu U S" time file (None when missing)."""
-    tm = read(name).split()
-    return float(tm[1]) + float(tm[2]) if len(tm) >= 3 else None
+    """user + sys CPU-s of a time file's "cpu U S" line; None when missing or when the command failed (GNU time
+    then writes "Command exited with non-zero status N" first: a failed run's CPU measures nothing)."""
+    t = read(name)
+    m = re.search(r"^cpu ([0-9.]+) ([0-9.]+)", t, re.M)
+    return float(m.group(1)) + float(m.group(2)) if m and "exited with non-zero status" not in t else None
 
 
 def prep(tag, run="prep_", rank=False):
@@ -357,7 +359,9 @@ if pa and pa["bytes"] and tok_cpu and pio:
         "rank, %.3f CPU-s, at most %.2fx per CPU-s of the rank (measured %.2fx); with the whole job's start-up, "
         "%.3f CPU-s (mpirun's own %.3f), at most %.2fx per CPU-s of the job (measured %.2fx)%s"
         % (bpt, pa["bytes"], pa["tokens"], wr_s, pa["bytes"] / 1e9 / wr_s if wr_s > 0 else 0, wkc, sha_s, tk,
-           tok_cpu, bound, bound_w, s_rank, bound_rank, pr(ra_) or 0, s_job, s_job - s_rank, bound_job, pr(pa) or 0,
+           tok_cpu, bound, bound_w, s_rank, bound_rank, pr(ra_) or 0, s_job, max(s_job - s_rank, 0), bound_job,
+           pr(pa) or 0,
+           "; the start-up run failed: its bounds count no start-up" if not (s_job and s_rank) else
            "; these costs alone do not bar 0.70x" if bound_job >= 0.70 else
            "; 0.70x is above the job's bound" if bound_rank >= 0.70 else "; 0.70x is above both bounds")))
 

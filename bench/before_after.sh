@@ -181,7 +181,7 @@ for r in $(seq 1 "$PREP_ROUNDS"); do
         echo "FAILED" >> "$LOGS/prep${c}_$tag.r$r"
       echo "store_bytes=$(du -sb "$LOGS/store" 2>/dev/null | cut -f1)" >> "$LOGS/prep${c}_$tag.r$r"
     done
-    # the start-up alone: MPI's launch and init, the deck, MPI_Finalize (the job, and the rank inside it)
+    # the start-up alone: MPI's launch, init and finalize (the job, and the rank inside it; /usr/bin/time counts 10 ms steps)
     (cd "$LOGS" && /usr/bin/time -f "cpu %U %S" -o "$LOGS/start_$tag.r$r.time" mpirun -n 1 \
       /usr/bin/time -f "cpu %U %S" -o "$LOGS/start_$tag.r$r.rtime" "$fm" --version > "$LOGS/start_$tag.r$r" 2>&1) ||
       echo "FAILED" >> "$LOGS/start_$tag.r$r"

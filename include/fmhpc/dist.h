@@ -97,7 +97,7 @@ typedef struct FmReduce {
                              others' gather */
   float *gather;          /* (S) with shm: this rank's part of the parameter all-gather */
   int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
-  float *sendf, *shardf;  /* (P*S), (S) float staging (fast mode; all-gather at P > 1) */
+  float *sendf, *shardf;  /* (P*S, exact: S), (P*S) staging (fast mode; all-gather at P > 1) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */
   double *norm_mine;      /* (norm_nb) this rank's block sums of squares */
   double *norm_all;       /* (P*norm_nb) every rank's, gathered */

@@ -31,7 +31,7 @@ static const char *const split_names[2] = {"train", "valid"};
  * mask_stored. Segment and position ids are not stored: a row is its segments
  * from column 0 on, then padding, so the lengths rebuild them (and the loss
  * mask too when it is 1 on every real id and 0 on padding, as in text mode).
- * That is 3-5 bytes per id written and read back instead of 13. A prep writes
+ * That is 2-5 bytes per id written and read back instead of 13. A prep writes
  * B = 2 when its tokenizer's vocab (specials included) fits u16 (GPT-2's
  * 50257), else 4. Files that begin "FMWIN2\0\0" (fmhpc before FMWIN3; the
  * same layout with B = 4) are still read, so a prep resumed by a newer fmhpc

@@ -654,11 +654,14 @@ def store_cases():
                                "seq_len=16 min_chars=1 window_docs=8 /\n")
         run_ok([d, "prep%stop_after_windows=1"], "prep stopped after a window", 1)  # stops as if killed
         win = os.path.join(out, ".prep_work", "win_000000000.bin")
-        if edit:
-            os.truncate(win, edit)
+        if edit:  # a size, or (negative) that many bytes off the end: inside the token ids whatever their width
+            size = os.path.getsize(win)
+            os.truncate(win, edit if edit > 0 else size + edit)
+            if os.path.getsize(win) >= size:
+                raise SystemExit("produce.py: %s (%d bytes) was not cut by %d" % (win, size, edit))
         return d, win
     other, _ = stopped("w_other")
-    cut, cut_win = stopped("w_cut", 1500)
+    cut, cut_win = stopped("w_cut", -600)
     head, head_win = stopped("w_head", 64)
     run_ok([deck("prep_bin.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{tmp}/store_bin' "
                                 "seq_len=16 min_chars=1 format='bin' /\n")], "prep bin")

@@ -59,22 +59,32 @@ void fm_log0(const char *fmt, ...) {
   fflush(out);
 }
 
+/* A warning or an error goes to stderr in one fprintf: prefix, message and
+ * newline. stderr is unbuffered, and glibc formats one call into one write
+ * (up to 8 KiB), so another stream's output (stdout forwarded by mpirun into
+ * the same log) cannot land between a prefix and its message. NULL when out
+ * of memory: the format itself is printed then. */
+static char *vmsg(const char *fmt, va_list ap) {
+  char *m = NULL;
+  return vasprintf(&m, fmt, ap) < 0 ? NULL : m;
+}
+
 void fm_warn0(const char *fmt, ...) {
   if (log_rank != 0) return;
   va_list ap;
   va_start(ap, fmt);
-  fputs("fmhpc: warning: ", stderr);
-  vfprintf(stderr, fmt, ap);
+  char *m = vmsg(fmt, ap);
   va_end(ap);
-  fputc('\n', stderr);
+  fprintf(stderr, "fmhpc: warning: %s\n", m ? m : fmt);
+  free(m);
   fflush(stderr);
 }
 
 void fm_verr(const char *fmt, va_list ap) {
-  if (log_size > 1) fprintf(stderr, "fmhpc[rank %d]: ", log_rank);
-  else fputs("fmhpc: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  char *m = vmsg(fmt, ap);
+  if (log_size > 1) fprintf(stderr, "fmhpc[rank %d]: %s\n", log_rank, m ? m : fmt);
+  else fprintf(stderr, "fmhpc: %s\n", m ? m : fmt);
+  free(m);
   fflush(stderr);
 }
 

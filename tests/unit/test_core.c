@@ -1,9 +1,10 @@
-/* test_core.c: the status table, edit distance, number formatting and the
- * whole-file reader. */
+/* test_core.c: the status table, edit distance, number formatting, the
+ * whole-file reader, and warnings and errors as single writes. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -129,4 +130,30 @@ FM_TEST(read_file_any_size_and_kind) {
   errno = 0;
   FM_EXPECT_EQ_INT(fm_read_file("/nonexistent/fm_read_file", &got, &len), FM_EIO);
   FM_EXPECT_EQ_INT(errno, ENOENT);
+}
+
+/* A warning or an error reaches stderr in one write(), prefix, message and
+ * newline together, so a log that mpirun fills from a rank's stdout and
+ * stderr at once cannot split them (regression.tp_resume once read
+ * "fmhpc: warning: " followed by a stdout line). On a datagram socket each
+ * write() is one datagram: the first one received must be the whole line. */
+FM_TEST(warnings_and_errors_are_one_write) {
+  int sv[2];
+  FM_REQUIRE(socketpair(AF_UNIX, SOCK_DGRAM, 0, sv) == 0);
+  fflush(stderr);
+  int saved = dup(2);
+  FM_REQUIRE(saved >= 0);
+  FM_REQUIRE(dup2(sv[0], 2) == 2);
+  fm_warn0("resume: %d key(s) differ from %s", 2, "ckpt.h5");
+  fm_err("%s: bad %s", "deck.in", "value");
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char a[256] = {0}, b[256] = {0};
+  ssize_t na = recv(sv[1], a, sizeof a - 1, MSG_DONTWAIT), nb = recv(sv[1], b, sizeof b - 1, MSG_DONTWAIT);
+  close(sv[0]);
+  close(sv[1]);
+  FM_EXPECT(na > 0 && nb > 0);
+  FM_EXPECT_EQ_STR(a, "fmhpc: warning: resume: 2 key(s) differ from ckpt.h5\n");
+  FM_EXPECT_EQ_STR(b, "fmhpc: deck.in: bad value\n");
 }

@@ -7,7 +7,9 @@
 # with regression/reference/bits_guard.txt, which is fmhpc's own earlier output
 # (recorded at 4fc7521 on the CI machine kind, OpenBLAS Haswell kernels;
 # re-recorded when GELU and SwiGLU moved to the shared polynomial exp,
-# fm_expf_neg in src/tensor/elementwise.h, which moves their last bits): a
+# fm_expf_neg in src/tensor/elementwise.h, which moves their last bits; and
+# when the CPU GEMM tiles grew from 128 x 512 to 256 x 768, which regroups
+# OpenBLAS's sums in the last bits, src/tensor/cpu/matmul.c): a
 # refactor that promises unchanged behaviour must leave every line equal. A
 # change that alters bits on purpose re-records with --record and says why in
 # its commit. Correctness itself is checked elsewhere (finite differences,

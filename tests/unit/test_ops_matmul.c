@@ -103,7 +103,7 @@ FM_TEST(matmul_fwd_bwd_no_bias) {
   check_matmul(9, 23, 14, 0, 1);
 }
 
-/* Several GEMM tiles (128 x 512) in both output dimensions, ragged edges. */
+/* Several GEMM tiles (256 x 768) in both output dimensions, ragged edges. */
 FM_TEST(matmul_multi_tile) {
   ops_seed(3);
   check_matmul(300, 37, 1100, 1, 0);

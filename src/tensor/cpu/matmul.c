@@ -21,11 +21,17 @@
 
 #include "cpu_ops.h"
 
-/* Tile of C per sgemm call: big enough that packing (O((MB + NB) K)) is a
- * percent of the arithmetic (O(MB NB K)), small enough that a GPT-2 layer
- * gives dozens of tiles to share among threads. Changing them changes bits. */
-#define FM_GEMM_MB 128
-#define FM_GEMM_NB 512
+/* Tile of C per sgemm call: big enough that packing (each call copies its
+ * MB x K and K x NB panels: O((MB + NB) K)) is a small part of the arithmetic
+ * (O(MB NB K)), small enough that a GPT-2 layer still gives several tiles to
+ * share among threads; NB = 768 divides every GPT-2 width (768, 2304, 3072).
+ * Measured on the GPT-2 124M step (bench/step_cpu, 2 threads, best of 4
+ * interleaved rounds): 4088 ms with 256 x 768 tiles, 4399 ms with the
+ * earlier 128 x 512. The price: a 1024 x 768 product has 4 tiles, so beyond
+ * 4 threads a rank it does not speed up (run more ranks a node instead).
+ * Changing them changes bits (regression/reference/bits_guard.txt). */
+#define FM_GEMM_MB 256
+#define FM_GEMM_NB 768
 /* Below this many multiply-adds a parallel region costs more than it saves. */
 #define FM_GEMM_OMP_MIN ((int64_t)1 << 18)
 /* The bias and column-sum loops vectorise; their AVX2 clones do the same IEEE

@@ -31,7 +31,9 @@
  * bits between rank counts (kept to measure what exact mode buys).
  *
  * The flat parameter vector is split by fm_zero_range in whole blocks; the
- * collectives move a padded layout where rank r's shard sits at r*S. */
+ * reduce-scatters move a padded layout where rank r's shard sits at r*S (the
+ * all-gather without a window goes in place, unpadded, where one MPI call
+ * carries it). */
 #ifndef FMHPC_DIST_H
 #define FMHPC_DIST_H
 
@@ -97,7 +99,9 @@ typedef struct FmReduce {
                              others' gather */
   float *gather;          /* (S) with shm: this rank's part of the parameter all-gather */
   int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
-  float *sendf, *shardf;  /* (P*S, exact: S), (P*S) staging (fast mode; all-gather at P > 1) */
+  float *sendf, *shardf;  /* (P*S, exact: S), (P*S) staging (fast mode; the all-gather at P > 1 where the
+                             in-place one is refused: exact mode allocates them then, once) */
+  int *ag_count, *ag_displ; /* (P) each rank's range for the in-place all-gather (P > 1, no window, n <= INT_MAX) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */
   double *norm_mine;      /* (norm_nb) this rank's block sums of squares */
   double *norm_all;       /* (P*norm_nb) every rank's, gathered */

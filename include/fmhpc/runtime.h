@@ -101,6 +101,15 @@ static inline int fm_comm_allreduce(FmComm *c, const void *s, void *r, int64_t n
 static inline int fm_comm_barrier(FmComm *c) { return c->ops->barrier(c); }
 void fm_comm_destroy(FmComm *c);
 
+/* In-place all-gather of uneven ranges: rank r's count[r] elements at
+ * buf + displ[r] (in elements of t) reach the same place on every rank;
+ * count and displ are alike everywhere and the ranges disjoint. One
+ * MPI_Allgatherv with MPI_IN_PLACE: no staging copies. Returns
+ * FM_EUNSUPPORTED, having moved nothing and said nothing, for a kind other
+ * than "mpi" or more elements in all than one MPI call carries: the caller
+ * gathers another way. */
+int fm_comm_allgatherv_inplace(FmComm *c, void *buf, const int *count, const int *displ, FmDType t);
+
 /* The int64 SUM reduce-scatter of the exact gradient reduction, as a
  * pipelined ring over nonblocking point-to-point: P-1 steps, each block cut
  * into chunks; a chunk is received, added to this rank's block and sent on
@@ -110,8 +119,12 @@ void fm_comm_destroy(FmComm *c);
  * other kinds than "mpi" fall back to fm_comm_reduce_scatter. */
 typedef struct FmRing FmRing;
 FmRing *fm_comm_ring_create(FmComm *c, int64_t n);
-/* send holds size*n elements; recv gets the sum of every rank's block `rank`. */
-int fm_comm_ring_reduce_scatter_i64(FmRing *ring, const int64_t *send, int64_t *recv);
+/* send holds size*n elements; recv gets the sum of every rank's block `rank`.
+ * done (may be NULL) is called with ctx on each piece [off, off + len) of
+ * recv as soon as it holds its final sums (the pieces cover recv once), so
+ * the caller can use it while it is still in cache. */
+typedef void (*FmRingDone)(void *ctx, int64_t off, int64_t len);
+int fm_comm_ring_reduce_scatter_i64(FmRing *ring, const int64_t *send, int64_t *recv, FmRingDone done, void *ctx);
 void fm_comm_ring_free(FmRing *ring);
 
 /* The exact reduction's per-bucket exchange: int64 pieces summed onto the

@@ -7,6 +7,7 @@
 #include "fmhpc/backend.h"
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +63,16 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp) 
       g->ring = fm_comm_ring_create(dp, g->S);
     }
   }
-  /* fast mode stages the whole gradient here; both modes stage the shard
-   * for the parameter all-gather (not through a shared window; one rank's
-   * all-gather has nothing to move) */
-  if (!g->shm && (!exact || g->P > 1)) {
+  /* The parameter all-gather without a window (one rank's has nothing to
+   * move) goes in place over MPI where the counts fit its ints; otherwise it
+   * stages through sendf (S) and shardf (P*S), allocated here, as fast mode's
+   * reduce-scatter stages the whole gradient (sendf and shardf P*S each). */
+  if (!g->shm && g->P > 1 && n <= INT_MAX && strcmp(dp->kind, "mpi") == 0) {
+    g->ag_count = fm_xcalloc((size_t)g->P, sizeof *g->ag_count);
+    g->ag_displ = fm_xcalloc((size_t)g->P, sizeof *g->ag_displ);
+    for (int r = 0; r < g->P; r++) g->ag_count[r] = (int)(g->hi[r] - g->lo[r]), g->ag_displ[r] = (int)g->lo[r];
+  }
+  if (!g->shm && (!exact || (g->P > 1 && !g->ag_count))) {
     g->sendf = fm_xcalloc((size_t)(exact ? g->S : g->P * g->S), sizeof *g->sendf);
     g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
   }
@@ -165,6 +172,8 @@ void fm_reduce_free(FmReduce *g) {
   fm_comm_osum_free(g->osum);
   free(g->sendf);
   free(g->shardf);
+  free(g->ag_count);
+  free(g->ag_displ);
   free(g->norm_mine);
   free(g->norm_all);
   free(g->norm_ordered);
@@ -442,6 +451,31 @@ static void shm_owner_sum(FmReduce *g, float *shard_out) {
   g->acc_read = true;
 }
 
+/* The sums [i0, i1) of this rank's shard (offsets from its start) as floats:
+ * sum * 2^-s with the block's scale exponent s, rounded once. Shards start on
+ * block boundaries, so shard offset i is in block lo / BLOCK + i / BLOCK. */
+static void dequant_range(const FmReduce *g, const int64_t *sum, float *out, int64_t i0, int64_t i1) {
+  const int64_t b0 = fm_reduce_lo(g) / FM_DIST_BLOCK;
+  for (int64_t i = i0; i < i1;) {
+    const int64_t b = i / FM_DIST_BLOCK, end = (b + 1) * FM_DIST_BLOCK < i1 ? (b + 1) * FM_DIST_BLOCK : i1;
+    const double inv = ldexp(1.0, -g->exp2[b0 + b]);
+    for (; i < end; i++) out[i] = (float)((double)sum[i] * inv);
+  }
+}
+
+typedef struct Dequant {
+  const FmReduce *g;
+  const int64_t *sum;
+  float *out;
+  int64_t len; /* this rank's shard; the ring's pieces cover the padded S */
+} Dequant;
+
+static void dequant_piece(void *ctx, int64_t off, int64_t len) {
+  const Dequant *d = ctx;
+  const int64_t end = off + len < d->len ? off + len : d->len;
+  if (off < end) dequant_range(d->g, d->sum, d->out, off, end);
+}
+
 int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *nonfinite) {
   const int64_t lo = fm_reduce_lo(g), len = fm_reduce_hi(g) - lo;
   int32_t flags[2] = {g->overflow, g->nonfinite}, all[2];
@@ -504,19 +538,17 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
   if (g->shm) {
     FM_CHECK(shm_sync(g)); /* every rank's accumulator complete */
     shm_owner_sum(g, shard_out);
-  } else {
-    const int64_t *sum = g->acc_shard;
-    if (g->P == 1 || (g->bucketed && g->osum)) /* one rank: its slot is the sum; buckets: summed into it already */
-      sum = g->acc + (int64_t)g->r * g->S;
-    else
-      FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard));
+  } else if (g->P == 1 || (g->bucketed && g->osum)) { /* one rank: its slot is the sum; buckets: summed into it */
+    const int64_t *sum = g->acc + (int64_t)g->r * g->S;
     const int64_t nb = (len + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
 #pragma omp parallel for schedule(static) if (nb > 1)
-    for (int64_t b = 0; b < nb; b++) { /* shards start on block boundaries; each element on its own: any split */
-      const double inv = ldexp(1.0, -g->exp2[lo / FM_DIST_BLOCK + b]);
+    for (int64_t b = 0; b < nb; b++) { /* each element on its own: any split */
       const int64_t i0 = b * FM_DIST_BLOCK, i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
-      for (int64_t i = i0; i < i1; i++) shard_out[i] = (float)((double)sum[i] * inv);
+      dequant_range(g, sum, shard_out, i0, i1);
     }
+  } else { /* the ring: each piece of the sums becomes floats as soon as it is final, while in cache */
+    Dequant dq = {g, g->acc_shard, shard_out, len};
+    FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard, dequant_piece, &dq));
   }
   if (g->nccl && g->d_shard != g->d_own) /* the caller reads the device shard */
     g->dev->copy_to_device(g->d_shard, shard_out, len * (int64_t)sizeof *shard_out);
@@ -535,6 +567,14 @@ int fm_reduce_allgather(FmReduce *g, float *w) {
       if (r != g->r) memcpy(w + g->lo[r], shm_gather_of(g, r), (size_t)(g->hi[r] - g->lo[r]) * sizeof(float));
     g->gather_read = true;
     return 0;
+  }
+  if (g->ag_count) { /* straight into w: no staging copies */
+    const int rc = fm_comm_allgatherv_inplace(g->comm, w, g->ag_count, g->ag_displ, FM_DT_F32);
+    if (rc != FM_EUNSUPPORTED) return rc;
+  }
+  if (!g->shardf) { /* refused only through the max_count test knob: staging, allocated once */
+    g->sendf = fm_xcalloc((size_t)g->S, sizeof *g->sendf);
+    g->shardf = fm_xcalloc((size_t)(g->P * g->S), sizeof *g->shardf);
   }
   memcpy(g->sendf, w + lo, (size_t)len * sizeof(float));
   if (len < g->S) memset(g->sendf + len, 0, (size_t)(g->S - len) * sizeof(float));

@@ -266,6 +266,20 @@ int fm_comm_bcast_str(FmComm *c, char **s, int root) {
   return rc;
 }
 
+/* ---- in-place all-gather of uneven ranges (runtime.h) --------------------- */
+
+int fm_comm_allgatherv_inplace(FmComm *c, void *buf, const int *count, const int *displ, FmDType t) {
+  if (strcmp(c->kind, "mpi") != 0) return FM_EUNSUPPORTED;
+  int64_t total = 0;
+  for (int r = 0; r < c->size; r++) total += count[r];
+  if (total > max_count) return FM_EUNSUPPORTED;
+  int rc = check_type(c, "allgatherv_inplace", t, total);
+  if (rc) return rc;
+  MPI_Datatype mt = mpi_type(t); /* the send type is ignored in place; a real one all the same */
+  COMM_MPI_CALL(MPI_Allgatherv(MPI_IN_PLACE, 0, mt, buf, count, displ, mt, c->mpi));
+  return 0;
+}
+
 /* ---- the pipelined int64 ring reduce-scatter (runtime.h) ---------------- */
 
 enum { RING_SLOTS = 4 };                     /* receives in flight */
@@ -313,16 +327,18 @@ void fm_comm_ring_free(FmRing *g) {
  * (what it waits for was sent before), so there is no deadlock. Partial sums
  * live in recv (the block of step s overwrites that of step s-1 once its send
  * is done). */
-int fm_comm_ring_reduce_scatter_i64(FmRing *g, const int64_t *send, int64_t *recv) {
+int fm_comm_ring_reduce_scatter_i64(FmRing *g, const int64_t *send, int64_t *recv, FmRingDone done, void *ctx) {
   FmComm *c = g->c;
   const int64_t n = g->n, k = g->k, K = g->nchunks;
   if (n == 0) return 0;
   if (!g->slot) {
-    if (c->size == 1) {
+    int rc = 0;
+    if (c->size == 1)
       memcpy(recv, send, (size_t)n * sizeof *recv);
-      return 0;
-    }
-    return fm_comm_reduce_scatter(c, send, recv, n, FM_DT_I64, FM_OP_SUM);
+    else
+      rc = fm_comm_reduce_scatter(c, send, recv, n, FM_DT_I64, FM_OP_SUM);
+    if (!rc && done) done(ctx, 0, n);
+    return rc;
   }
   const int P = c->size, r = c->rank, right = (r + 1) % P, left = (r + P - 1) % P;
   const int64_t total = (int64_t)(P - 1) * K;
@@ -361,6 +377,7 @@ int fm_comm_ring_reduce_scatter_i64(FmRing *g, const int64_t *send, int64_t *rec
       e = MPI_Irecv(in, (int)min64(k, n - (jn % K) * k), MPI_INT64_T, left, 0, c->mpi, &rreq[j % RING_SLOTS]);
       if (e != MPI_SUCCESS) break;
     }
+    if (s == P - 2 && done) done(ctx, cc * k, len); /* final (this rank's block), the next receive in flight */
     if (s < P - 2) {
       ncalls++;
       what = "MPI_Isend (ring)";

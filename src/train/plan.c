@@ -8,6 +8,7 @@
  * checked (fm_mul_i64): a plan that overflows is refused, never wrapped. */
 #include "fmhpc/train.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "fmhpc/dist.h"
@@ -83,10 +84,12 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
   p->params = mul(bad, n, cb);
   p->master = bf16 ? mul(bad, mine, 4) : 0; /* with f32 compute the weights are the master */
   p->grads = mul(bad, n, 4);
-  /* dist/reduce.c: exact: int64 accumulator (P*S) and shard (S), f32 staging S and P*S; fast: f32 P*S twice.
-   * Exact with every dp rank on one node: the accumulator (P*S int64) and the all-gather's S floats only, in a
-   * shared window (fm_comm_shm): less; the figure here is the ring's (a plan does not know the nodes). */
-  p->grad_accum = exact ? add(bad, mul(bad, mul(bad, P, S), 12), mul(bad, S, 12)) : mul(bad, mul(bad, P, S), 8);
+  /* dist/reduce.c: exact: int64 accumulator (P*S) and shard (S); the all-gather goes in place, but above
+   * INT_MAX elements (one MPI call) it stages through f32 S and P*S; fast: f32 P*S twice. Exact with every dp
+   * rank on one node: the accumulator (P*S int64) and the all-gather's S floats only, in a shared window
+   * (fm_comm_shm): less; the figure here is the ring's (a plan does not know the nodes). */
+  const int64_t ring = add(bad, mul(bad, P, S), S);
+  p->grad_accum = exact ? add(bad, mul(bad, ring, 8), n > INT_MAX ? mul(bad, ring, 4) : 0) : mul(bad, mul(bad, P, S), 8);
   p->optim_state = mul(bad, mul(bad, mine, 4), p->optim->state_per_param);
   const FmModelDims l = tp_local_dims(d, lay.tp);
   p->act = mul(bad, fm_model_act_elems(p->model, &l, lay.b, false), cb);
@@ -312,8 +315,8 @@ static void print_memory(const FmPlan *p, const FmDeck *deck, FILE *out) {
   row(out, "gradients", p->grads, "n x 4 (fp32, one micro-batch)");
   row(out, "reduction buffers", p->grad_accum,
       c->choice[FM_KEY_train_determinism] == FM_DETERMINISM_EXACT
-          ? "(dp x S + S) x 12 (int64 accumulator + fp32 staging, determinism='exact'; dp on one node: "
-            "dp x S x 8 + S x 4, a shared window)"
+          ? "(dp x S + S) x 8 (int64 accumulator + shard, determinism='exact'; n > 2^31-1: x 12, fp32 staging "
+            "too; dp on one node: dp x S x 8 + S x 4, a shared window)"
           : "dp x S x 8 (fp32 staging)");
   snprintf(f, sizeof f, "%s x 4 x %d (fp32 state values per parameter)", zero ? "S" : "n", p->optim->state_per_param);
   row(out, "optimizer state", p->optim_state, f);

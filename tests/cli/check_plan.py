@@ -91,7 +91,8 @@ def plan(m, run, tp, b, recompute):
     r["weights (compute copy)"] = n * cb
     r["fp32 master"] = mine * 4 if run["bf16"] else None
     r["gradients"] = n * 4
-    r["reduction buffers"] = (dp * S + S) * 12 if run["exact"] else dp * S * 8
+    # exact: int64 accumulator + shard; fp32 staging too where one MPI call cannot carry the all-gather
+    r["reduction buffers"] = (dp * S + S) * (12 if n > 2**31 - 1 else 8) if run["exact"] else dp * S * 8
     r["optimizer state"] = mine * 4 * run["nstate"]
     r["activations"] = act_elems(m, tp, b, False) * cb
     r["activations (recompute)"] = act_elems(m, tp, b, True) * cb

@@ -481,6 +481,18 @@ static int64_t ring_value(int64_t rank, int64_t blk, int64_t i) {
   return (int64_t)(z ^ (z >> 31));
 }
 
+/* The ring's done callback: each element reported once, holding its final
+ * sum when reported. */
+typedef struct RingSeen {
+  const int64_t *recv;
+  int64_t *at;
+  int *hits;
+} RingSeen;
+static void ring_seen(void *ctx, int64_t off, int64_t len) {
+  RingSeen *s = ctx;
+  for (int64_t i = off; i < off + len; i++) s->at[i] = s->recv[i], s->hits[i]++;
+}
+
 /* The pipelined ring reduce-scatter against the sum every rank can compute
  * itself (wrapping two's complement) and against MPI's reduce-scatter, bit for
  * bit: block sizes below, at and across the chunk size (chunks of 3 and 1, so
@@ -501,9 +513,19 @@ FM_TEST(ring_reduce_scatter_i64_is_exact) {
       for (int64_t b = 0; b < P; b++)
         for (int64_t i = 0; i < n; i++) send[b * n + i] = ring_value(me, b, i);
       FmRing *ring = fm_comm_ring_create(c, n);
-      FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got), 0);
-      FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got), 0); /* reusable */
+      int64_t *at = fm_xcalloc((size_t)(n + 1), sizeof *at);
+      int *hits = fm_xcalloc((size_t)(n + 1), sizeof *hits);
+      RingSeen seen = {got, at, hits};
+      FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got, ring_seen, &seen), 0);
+      for (int64_t i = 0; i < n; i++) {
+        FM_EXPECT_EQ_INT(hits[i], 1);
+        FM_EXPECT_EQ_INT(at[i], got[i]); /* final when reported */
+      }
+      memset(got, 0, (size_t)(n + 1) * sizeof *got);
+      FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got, NULL, NULL), 0); /* reusable */
       fm_comm_ring_free(ring);
+      free(at);
+      free(hits);
       if (n > 0) FM_EXPECT_EQ_INT(fm_comm_reduce_scatter(c, send, mpi, n, FM_DT_I64, FM_OP_SUM), 0);
       for (int64_t i = 0; i < n; i++) {
         uint64_t want = 0;
@@ -525,7 +547,7 @@ FM_TEST(ring_reduce_scatter_i64_is_exact) {
     for (int64_t b = 0; b < P; b++)
       for (int64_t i = 0; i < N; i++) send[b * N + i] = ring_value(me, b, i);
     FmRing *ring = fm_comm_ring_create(c, N);
-    FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got), 0);
+    FM_EXPECT_EQ_INT(fm_comm_ring_reduce_scatter_i64(ring, send, got, NULL, NULL), 0);
     fm_comm_ring_free(ring);
     for (int64_t i = 0; i < N; i++) {
       uint64_t want = 0;

@@ -394,6 +394,66 @@ FM_TEST(shm_empty_shards_and_idle_ranks) {
   free(want);
 }
 
+/* Without the window the ring's sums become floats piece by piece as they
+ * are final: with ring chunks on block boundaries (the default), across them
+ * (1000) and without the ring (0: MPI's reduce-scatter), the shard equals the
+ * exact sum in double rounded once, and nothing past the rank's own length
+ * is written (the ring's pieces cover the padded S). */
+FM_TEST(ring_dequant_pieces) {
+  const int64_t chunks[] = {-1, 1000, 0};
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad);
+  for (size_t ci = 0; ci < sizeof chunks / sizeof *chunks; ci++) {
+    const int64_t old = fm__comm_mpi_set_ring_chunk(chunks[ci]);
+    FmReduce red;
+    create_via(&red, NPARAM, VIA_RING);
+    const int64_t lo = fm_reduce_lo(&red), len = fm_reduce_hi(&red) - lo, cap = red.S + 16;
+    float *shard = fm_xcalloc((size_t)cap, sizeof *shard);
+    for (int64_t i = len; i < cap; i++) shard[i] = -7.0f;
+    FM_EXPECT(!run_step(&red, grad, shard, -1, 0));
+    int64_t bad = 0, past = 0;
+    for (int64_t i = 0; i < len; i++) {
+      double sum = 0;
+      for (int64_t m = 0; m < M; m++) sum += (double)grad_value(m, lo + i);
+      const float want = (float)sum;
+      bad += memcmp(&want, &shard[i], sizeof want) != 0;
+    }
+    for (int64_t i = len; i < cap; i++) past += shard[i] != -7.0f;
+    FM_EXPECT_EQ_INT(bad, 0);
+    FM_EXPECT_EQ_INT(past, 0);
+    free(shard);
+    fm_reduce_free(&red);
+    fm__comm_mpi_set_ring_chunk(old);
+  }
+  free(grad);
+}
+
+/* Without the window the parameter all-gather goes in place (one
+ * MPI_Allgatherv straight into w); where one MPI call cannot carry it
+ * (max_count: as for n above INT_MAX) it stages through buffers allocated
+ * then. Both give every rank the whole vector, empty shards included. */
+FM_TEST(allgather_in_place_and_staged) {
+  enum { N = 65536 + 4321 }; /* 2 blocks: at 3 and 4 ranks some shards are empty */
+  float *w = fm_xcalloc(N, sizeof *w), *want = fm_xcalloc(N, sizeof *want);
+  for (int64_t i = 0; i < N; i++) want[i] = grad_value(1, i);
+  FmReduce red;
+  create_via(&red, N, VIA_RING);
+  const int64_t lo = fm_reduce_lo(&red), len = fm_reduce_hi(&red) - lo;
+  FM_EXPECT((red.ag_count != NULL) == (world()->size > 1));
+  for (int staged = 0; staged < 2; staged++) {
+    const int64_t old = fm__comm_mpi_set_max_count(staged ? 5 : 0);
+    for (int64_t i = 0; i < N; i++) w[i] = (i >= lo && i < lo + len) ? want[i] : -1.0f;
+    const int64_t calls = fm__comm_mpi_calls();
+    FM_REQUIRE(fm_reduce_allgather(&red, w) == 0);
+    if (!staged && world()->size > 1) FM_EXPECT_EQ_INT(fm__comm_mpi_calls() - calls, 1); /* in place: one call */
+    FM_EXPECT(memcmp(w, want, N * sizeof *w) == 0);
+    FM_EXPECT((red.shardf != NULL) == (staged && world()->size > 1));
+    fm__comm_mpi_set_max_count(old);
+  }
+  fm_reduce_free(&red);
+  free(w);
+  free(want);
+}
+
 /* One micro-batch per rank (M = P), given only through buckets, as train.c
  * does when a rank's only micro-batch is its last: the buckets store into the
  * fresh accumulator, and fm_reduce_finish must not take the rank for one that

@@ -104,7 +104,7 @@ FM_TEST(plan_bytes_and_flops) {
   FM_EXPECT_NEAR((double)p.shard, S, 0, 0);
   FM_EXPECT_NEAR((double)p.params, N * 2, 0, 0);                /* bf16 compute copy */
   FM_EXPECT_NEAR((double)p.master, S * 4, 0, 0);                /* fp32 master, the largest dp shard */
-  FM_EXPECT_NEAR((double)p.grad_accum, (4 * S + S) * 12, 0, 0); /* int64 accumulator + f32 staging (reduce.c) */
+  FM_EXPECT_NEAR((double)p.grad_accum, (4 * S + S) * 8, 0, 0); /* int64 accumulator + shard (reduce.c) */
   FM_EXPECT_NEAR((double)p.optim_state, S * 8, 0, 0);           /* AdamW m, v of the shard */
   /* 6 x matmul params + 12 L (NH HS) T: matmul params exclude the embedding
    * lookup and the norms. */

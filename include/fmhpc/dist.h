@@ -100,7 +100,7 @@ typedef struct FmReduce {
   float *gather;          /* (S) with shm: this rank's part of the parameter all-gather */
   int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
   float *sendf, *shardf;  /* (P*S, exact: S), (P*S) staging (fast mode; the all-gather at P > 1 where the
-                             in-place one is refused: exact mode allocates them then, once) */
+                             in-place one cannot run: at create, or once on first use for the max_count knob) */
   int *ag_count, *ag_displ; /* (P) each rank's range for the in-place all-gather (P > 1, no window, n <= INT_MAX) */
   int64_t norm_nb;        /* most norm blocks any rank's shard touches */
   double *norm_mine;      /* (norm_nb) this rank's block sums of squares */

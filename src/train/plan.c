@@ -89,7 +89,8 @@ static void plan_cost(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, L
    * rank on one node: the accumulator (P*S int64) and the all-gather's S floats only, in a shared window
    * (fm_comm_shm): less; the figure here is the ring's (a plan does not know the nodes). */
   const int64_t ring = add(bad, mul(bad, P, S), S);
-  p->grad_accum = exact ? add(bad, mul(bad, ring, 8), n > INT_MAX ? mul(bad, ring, 4) : 0) : mul(bad, mul(bad, P, S), 8);
+  const int64_t staged = n > INT_MAX ? mul(bad, ring, 4) : 0;
+  p->grad_accum = exact ? add(bad, mul(bad, ring, 8), staged) : mul(bad, mul(bad, P, S), 8);
   p->optim_state = mul(bad, mul(bad, mine, 4), p->optim->state_per_param);
   const FmModelDims l = tp_local_dims(d, lay.tp);
   p->act = mul(bad, fm_model_act_elems(p->model, &l, lay.b, false), cb);

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fmhpc/hash.h"
@@ -137,8 +138,8 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
     if (!rc && sec[s][1]) rc = write_all(f, pk[s].loss_mask, n);
   }
   /* No fsync: the rename makes the window visible whole to a rerun after a kill (the page cache outlives the
-   * process). A window that an OS crash cut short is found by phase 2, which reads every byte of it ("the file
-   * ends before them", tests/errors/produce.py prep_window_cut); blocks left zero-filled by a crash are not
+   * process). A window that an OS crash cut short is found by phase 2, which checks its size against its header
+   * (check_window_size: tests/errors/produce.py prep_window_cut); blocks left zero-filled by a crash are not
    * (no checksum; docs/data-format.md says to delete .prep_work after an OS crash). fsync per window made the rank wait
    * on the disk for every window: about half of prep's wall time on the 2x corpus of bench/prep. */
   if (f && fflush(f)) rc = FM_EIO;
@@ -151,6 +152,31 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
 }
 
 /* ---- phase 2: placement and shards ------------------------------------ */
+
+/* The bytes a window file holds by its header (rows of each split, segment counts, stored masks: the layout above)
+ * against its size: a window cut short (an OS crash) or followed by bytes of something else is refused here, before
+ * phase 2 reads any row of it. f is past the stats, at the segment table's counts. */
+static int check_window_size(const Prep *p, FILE *f, const char *path, const WinInfo *wi) {
+  int64_t sec[2][2];
+  struct stat st;
+  bool ok = fread(sec, sizeof sec, 1, f) == 1 && fstat(fileno(f), &st) == 0;
+  double want = WIN_HDR; /* in double: counts of a damaged header cannot overflow it (and real sizes are < 2^53) */
+  for (int s = 0; s < 2 && ok; s++) {
+    const int64_t rows = wi->rows[s], nseg = sec[s][0];
+    ok = rows >= 0 && nseg >= 0 && (sec[s][1] == 0 || sec[s][1] == 1);
+    want += (double)rows * (double)p->R * (double)(wi->idw + (sec[s][1] ? 1 : 0)) + ((double)rows + (double)nseg) * 4.0;
+  }
+  if (!ok) {
+    fm_err("%s: missing or not a window file of this prep\nhint: delete %s and run again", path, p->work);
+    return FM_EDATA;
+  }
+  if ((double)st.st_size != want) {
+    fm_err("%s: %lld bytes, its header says %.0f (%s)\nhint: delete %s and run again", path, (long long)st.st_size,
+           want, (double)st.st_size < want ? "cut short" : "bytes after its end", p->work);
+    return FM_EDATA;
+  }
+  return 0;
+}
 
 int fm__prep_read_window_header(const Prep *p, int64_t w, WinInfo *wi) {
   char *path = fm__prep_win_path(p, w, false);
@@ -168,6 +194,7 @@ int fm__prep_read_window_header(const Prep *p, int64_t w, WinInfo *wi) {
     wi->rows[0] = wi->stat[ST_rows_train];
     wi->rows[1] = wi->stat[ST_rows_valid];
     wi->idw = v3 ? magic[7] : 4;
+    rc = check_window_size(p, f, path, wi);
   }
   if (f) fclose(f);
   free(path);

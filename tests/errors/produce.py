@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -648,7 +649,7 @@ def store_cases():
     run_ok([deck("prep_bfd.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' "
                                 f"output='{tmp}/store_empty' seq_len=16 min_chars=1 packing='bfd' /\n")], "prep bfd")
     # prep stopped after its first window (as if killed), its window file then damaged, or rerun with another deck
-    def stopped(name, edit=None):
+    def stopped(name, edit=None, extra=b""):
         out = os.path.join(tmp, name)
         d = deck(name + ".in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{out}' "
                                "seq_len=16 min_chars=1 window_docs=8 /\n")
@@ -659,10 +660,24 @@ def store_cases():
             os.truncate(win, edit if edit > 0 else size + edit)
             if os.path.getsize(win) >= size:
                 raise SystemExit("produce.py: %s (%d bytes) was not cut by %d" % (win, size, edit))
+        if extra:  # bytes after the window's end
+            with open(win, "ab") as f:
+                f.write(extra)
         return d, win
     other, _ = stopped("w_other")
     cut, cut_win = stopped("w_cut", -600)
     head, head_win = stopped("w_head", 64)
+    long_, long_win = stopped("w_long", extra=b"extra")
+    win_size = os.path.getsize(long_win) - 5  # what the header says: every window of this corpus and deck alike
+    # a window of the right size whose segment table is damaged: row 0 of the train split said to hold R + 1 pieces
+    # (the layout of src/data/prep_out.c: magic; R, pos, NSTAT; the stats, rows_train at 18; 4 section words; ids)
+    tab, tab_win = stopped("w_table")
+    with open(tab_win, "r+b") as f:
+        magic, R, _, nstat = struct.unpack("<8s3q", f.read(32))
+        stats = struct.unpack("<%dq" % nstat, f.read(8 * nstat))
+        rows0 = stats[18]
+        f.seek(32 + 8 * nstat + 32 + rows0 * R * (magic[7] if magic[:6] == b"FMWIN3" else 4))
+        f.write(struct.pack("<i", R + 1))
     run_ok([deck("prep_bin.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{tmp}/store_bin' "
                                 "seq_len=16 min_chars=1 format='bin' /\n")], "prep bin")
     bin_tokens = os.path.join(tmp, "store_bin", "train_00000.tokens.bin")
@@ -717,7 +732,14 @@ def store_cases():
           " to start over, or run with the deck that made them"]),
         # a window file cut short: the reason was a stale errno ('No such file or directory')
         ("prep_window_cut", [cut], 1,
-         [cut_win + ": cannot read rows 0..27 (the file ends before them)", "hint: delete " + os.path.join(tmp, "w_cut", ".prep_work")]),
+         [cut_win + ": %d bytes, its header says %d (cut short)" % (win_size - 600, win_size),
+          "hint: delete " + os.path.join(tmp, "w_cut", ".prep_work")]),
+        ("prep_window_table", [tab], 1,
+         [tab_win + ": cannot read rows 0..%d (the segment table is damaged)" % rows0,
+          "hint: delete " + os.path.join(tmp, "w_table", ".prep_work")]),
+        ("prep_window_long", [long_], 1,
+         [long_win + ": %d bytes, its header says %d (bytes after its end)" % (win_size + 5, win_size),
+          "hint: delete " + os.path.join(tmp, "w_long", ".prep_work")]),
         ("prep_window_header", [head], 1,
          [head_win + ": missing or not a window file of this prep", "hint: delete " + os.path.join(tmp, "w_head", ".prep_work")]),
         ("bin_shard_cut", [train("t22.in", os.path.join(tmp, "store_bin", "train.json"))], 1,

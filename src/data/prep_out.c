@@ -1,7 +1,8 @@
 /* prep_out.c: the writing side of task='prep' (prep_internal.h): window
  * files (written as .partial, then renamed: a committed window survives a
  * kill of the job; not fsynced: one that an OS crash cut short stops the
- * rerun with an error naming it, as phase 2 reads every byte of it), rows
+ * rerun with an error naming it, as phase 2 checks its size against its
+ * header before it reads any row), rows
  * placed by prefix sums over windows into shards and a JSON manifest per
  * split, the report, and resume (a fingerprint of the settings that committed
  * windows must share). */
@@ -155,7 +156,7 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
 
 /* The bytes a window file holds by its header (rows of each split, segment counts, stored masks: the layout above)
  * against its size: a window cut short (an OS crash) or followed by bytes of something else is refused here, before
- * phase 2 reads any row of it. f is past the stats, at the segment table's counts. */
+ * phase 2 reads any row of it. f is past the stats, at the 4 section words (per split: segments, mask stored). */
 static int check_window_size(const Prep *p, FILE *f, const char *path, const WinInfo *wi) {
   int64_t sec[2][2];
   struct stat st;
@@ -171,8 +172,9 @@ static int check_window_size(const Prep *p, FILE *f, const char *path, const Win
     return FM_EDATA;
   }
   if ((double)st.st_size != want) {
-    fm_err("%s: %lld bytes, its header says %.0f (%s)\nhint: delete %s and run again", path, (long long)st.st_size,
-           want, (double)st.st_size < want ? "cut short" : "bytes after its end", p->work);
+    fm_err("%s: %lld bytes, its header says %.0f bytes (%s)\nhint: delete %s and run again", path,
+           (long long)st.st_size, want,
+           (double)st.st_size < want ? "cut short, or its header damaged" : "bytes after its end", p->work);
     return FM_EDATA;
   }
   return 0;
@@ -273,7 +275,7 @@ static int read_window_rows(Prep *p, int64_t w, const WinInfo *wi, int s, int64_
     }
     if (!sec[s][1]) memset(m + col, 0, (size_t)(R - col));
   }
-  if (rc)
+  if (rc) /* its size matched its header (check_window_size): a file that ends early changed since */
     fm_err("%s: cannot read rows %lld..%lld (%s)\nhint: delete %s and run again", path, (long long)r0,
            (long long)r0 + (long long)n,
            rc == FM_EDATA     ? "the segment table is damaged"

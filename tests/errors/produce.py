@@ -670,12 +670,13 @@ def store_cases():
     long_, long_win = stopped("w_long", extra=b"extra")
     win_size = os.path.getsize(long_win) - 5  # what the header says: every window of this corpus and deck alike
     # a window of the right size whose segment table is damaged: row 0 of the train split said to hold R + 1 pieces
-    # (the layout of src/data/prep_out.c: magic; R, pos, NSTAT; the stats, rows_train at 18; 4 section words; ids)
+    # (the layout of src/data/prep_out.c: magic; R, pos, NSTAT; the stats, rows_train then rows_valid last; 4 section
+    # words; ids)
     tab, tab_win = stopped("w_table")
     with open(tab_win, "r+b") as f:
         magic, R, _, nstat = struct.unpack("<8s3q", f.read(32))
         stats = struct.unpack("<%dq" % nstat, f.read(8 * nstat))
-        rows0 = stats[18]
+        rows0 = stats[-2]
         f.seek(32 + 8 * nstat + 32 + rows0 * R * (magic[7] if magic[:6] == b"FMWIN3" else 4))
         f.write(struct.pack("<i", R + 1))
     run_ok([deck("prep_bin.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{tmp}/store_bin' "
@@ -730,15 +731,16 @@ def store_cases():
          [os.path.join(tmp, "w_other", ".prep_work", "fingerprint") + ": committed windows of a different prep (deck, "
           "tokenizer, inputs or window file version changed)", "hint: delete " + os.path.join(tmp, "w_other", ".prep_work") +
           " to start over, or run with the deck that made them"]),
-        # a window file cut short: the reason was a stale errno ('No such file or directory')
+        # a window file cut short, or with bytes after its end: refused by its size against its header (the read-time
+        # 'the file ends before them' is left for a window changed between that check and its reads)
         ("prep_window_cut", [cut], 1,
-         [cut_win + ": %d bytes, its header says %d (cut short)" % (win_size - 600, win_size),
+         [cut_win + ": %d bytes, its header says %d bytes (cut short, or its header damaged)" % (win_size - 600, win_size),
           "hint: delete " + os.path.join(tmp, "w_cut", ".prep_work")]),
         ("prep_window_table", [tab], 1,
          [tab_win + ": cannot read rows 0..%d (the segment table is damaged)" % rows0,
           "hint: delete " + os.path.join(tmp, "w_table", ".prep_work")]),
         ("prep_window_long", [long_], 1,
-         [long_win + ": %d bytes, its header says %d (bytes after its end)" % (win_size + 5, win_size),
+         [long_win + ": %d bytes, its header says %d bytes (bytes after its end)" % (win_size + 5, win_size),
           "hint: delete " + os.path.join(tmp, "w_long", ".prep_work")]),
         ("prep_window_header", [head], 1,
          [head_win + ": missing or not a window file of this prep", "hint: delete " + os.path.join(tmp, "w_head", ".prep_work")]),

@@ -140,7 +140,7 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
   }
   /* No fsync: the rename makes the window visible whole to a rerun after a kill (the page cache outlives the
    * process). A window that an OS crash cut short is found by phase 2, which checks its size against its header
-   * (check_window_size: tests/errors/produce.py prep_window_cut); blocks left zero-filled by a crash are not
+   * (fm__prep_read_window_header: tests/errors/produce.py prep_window_cut); blocks left zero-filled by a crash are not
    * (no checksum; docs/data-format.md says to delete .prep_work after an OS crash). fsync per window made the rank wait
    * on the disk for every window: about half of prep's wall time on the 2x corpus of bench/prep. */
   if (f && fflush(f)) rc = FM_EIO;
@@ -154,49 +154,47 @@ int fm__prep_commit_window(Prep *p, int64_t w, FmPacked pk[2]) {
 
 /* ---- phase 2: placement and shards ------------------------------------ */
 
-/* The bytes a window file holds by its header (rows of each split, segment counts, stored masks: the layout above)
- * against its size: a window cut short (an OS crash) or followed by bytes of something else is refused here, before
- * phase 2 reads any row of it. f is past the stats, at the 4 section words (per split: segments, mask stored). */
-static int check_window_size(const Prep *p, FILE *f, const char *path, const WinInfo *wi) {
-  int64_t sec[2][2];
-  struct stat st;
-  bool ok = fread(sec, sizeof sec, 1, f) == 1 && fstat(fileno(f), &st) == 0;
-  double want = WIN_HDR; /* in double: counts of a damaged header cannot overflow it (and real sizes are < 2^53) */
-  for (int s = 0; s < 2 && ok; s++) {
-    const int64_t rows = wi->rows[s], nseg = sec[s][0];
-    ok = rows >= 0 && nseg >= 0 && (sec[s][1] == 0 || sec[s][1] == 1);
-    want += (double)rows * (double)p->R * (double)(wi->idw + (sec[s][1] ? 1 : 0)) + ((double)rows + (double)nseg) * 4.0;
+/* The bytes a window file holds by its header (rows of each split; per split, its segments and whether a mask is
+ * stored: sec; the layout above), or -1 when those counts cannot be a window's. In double: a damaged header's counts
+ * cannot overflow it (and real sizes are < 2^53). */
+static double window_bytes(const Prep *p, const WinInfo *wi, const int64_t sec[2][2]) {
+  double want = WIN_HDR;
+  for (int s = 0; s < 2; s++) {
+    if (wi->rows[s] < 0 || sec[s][0] < 0 || (sec[s][1] != 0 && sec[s][1] != 1)) return -1;
+    want += (double)wi->rows[s] * (double)p->R * (double)(wi->idw + (sec[s][1] ? 1 : 0)) +
+            ((double)wi->rows[s] + (double)sec[s][0]) * 4.0;
   }
-  if (!ok) {
-    fm_err("%s: missing or not a window file of this prep\nhint: delete %s and run again", path, p->work);
-    return FM_EDATA;
-  }
-  if ((double)st.st_size != want) {
-    fm_err("%s: %lld bytes, its header says %.0f bytes (%s)\nhint: delete %s and run again", path,
-           (long long)st.st_size, want,
-           (double)st.st_size < want ? "cut short, or its header damaged" : "bytes after its end", p->work);
-    return FM_EDATA;
-  }
-  return 0;
+  return want;
 }
 
+/* A window's header, checked against this prep; its size against the header, so that a window cut short (an OS
+ * crash) or followed by bytes of something else is refused before phase 2 reads any row of it. */
 int fm__prep_read_window_header(const Prep *p, int64_t w, WinInfo *wi) {
   char *path = fm__prep_win_path(p, w, false);
   FILE *f = fopen(path, "rb");
   char magic[8];
-  int64_t hdr[3];
-  int rc = 0;
+  int64_t hdr[3], sec[2][2];
+  struct stat st = {0};
+  double want = -1;
   bool got = f && fread(magic, 1, 8, f) == 8;
   bool v3 = got && memcmp(magic, win_magic, 7) == 0 && (magic[7] == 2 || magic[7] == 4);
-  if (!got || (!v3 && memcmp(magic, win_magic2, 8) != 0) || fread(hdr, sizeof hdr, 1, f) != 1 || hdr[0] != p->R ||
-      hdr[1] != (p->pos != FM_POS_NONE) || hdr[2] != NSTAT || fread(wi->stat, sizeof wi->stat, 1, f) != 1) {
-    fm_err("%s: missing or not a window file of this prep\nhint: delete %s and run again", path, p->work);
-    rc = FM_EDATA;
-  } else {
+  if (got && (v3 || memcmp(magic, win_magic2, 8) == 0) && fread(hdr, sizeof hdr, 1, f) == 1 && hdr[0] == p->R &&
+      hdr[1] == (p->pos != FM_POS_NONE) && hdr[2] == NSTAT && fread(wi->stat, sizeof wi->stat, 1, f) == 1 &&
+      fread(sec, sizeof sec, 1, f) == 1 && fstat(fileno(f), &st) == 0) {
     wi->rows[0] = wi->stat[ST_rows_train];
     wi->rows[1] = wi->stat[ST_rows_valid];
     wi->idw = v3 ? magic[7] : 4;
-    rc = check_window_size(p, f, path, wi);
+    want = window_bytes(p, wi, sec);
+  }
+  int rc = 0;
+  if (want < 0) {
+    fm_err("%s: missing or not a window file of this prep\nhint: delete %s and run again", path, p->work);
+    rc = FM_EDATA;
+  } else if ((double)st.st_size != want) {
+    fm_err("%s: %lld bytes, its header says %.0f bytes (%s)\nhint: delete %s and run again", path,
+           (long long)st.st_size, want,
+           (double)st.st_size < want ? "cut short, or its header damaged" : "bytes after its end", p->work);
+    rc = FM_EDATA;
   }
   if (f) fclose(f);
   free(path);
@@ -275,7 +273,7 @@ static int read_window_rows(Prep *p, int64_t w, const WinInfo *wi, int s, int64_
     }
     if (!sec[s][1]) memset(m + col, 0, (size_t)(R - col));
   }
-  if (rc) /* its size matched its header (check_window_size): a file that ends early changed since */
+  if (rc) /* its size matched its header (fm__prep_read_window_header): a file that ends early changed since */
     fm_err("%s: cannot read rows %lld..%lld (%s)\nhint: delete %s and run again", path, (long long)r0,
            (long long)r0 + (long long)n,
            rc == FM_EDATA     ? "the segment table is damaged"

@@ -20,6 +20,8 @@ import tempfile
 
 FMHPC = os.path.abspath(sys.argv[1])
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "data"))
+import win_rewrite  # noqa: E402  (the window file layout's one Python reader)
 L = os.path.join(ROOT, "inputs", "llama_nano.in")
 G = os.path.join(ROOT, "inputs", "gpt2_nano.in")
 tmp = tempfile.mkdtemp(prefix="fmhpc_produce_")
@@ -670,14 +672,14 @@ def store_cases():
     long_, long_win = stopped("w_long", extra=b"extra")
     win_size = os.path.getsize(long_win) - 5  # what the header says: every window of this corpus and deck alike
     # a window of the right size whose segment table is damaged: row 0 of the train split said to hold R + 1 pieces
-    # (the layout of src/data/prep_out.c: magic; R, pos, NSTAT; the stats, rows_train then rows_valid last; 4 section
-    # words; ids)
+    # (its segment counts follow the header and the split's ids: tests/data/win_rewrite.py parses the layout)
     tab, tab_win = stopped("w_table")
+    with open(tab_win, "rb") as f:
+        form, whead, splits = win_rewrite.parse(f.read())
+    R = 17  # the deck's seq_len + 1
+    rows0 = len(splits[0][0]) // R
     with open(tab_win, "r+b") as f:
-        magic, R, _, nstat = struct.unpack("<8s3q", f.read(32))
-        stats = struct.unpack("<%dq" % nstat, f.read(8 * nstat))
-        rows0 = stats[-2]
-        f.seek(32 + 8 * nstat + 32 + rows0 * R * (magic[7] if magic[:6] == b"FMWIN3" else 4))
+        f.seek(8 + len(whead) + len(splits[0][0]) * (2 if form == "v3w2" else 4))
         f.write(struct.pack("<i", R + 1))
     run_ok([deck("prep_bin.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{tmp}/store_bin' "
                                 "seq_len=16 min_chars=1 format='bin' /\n")], "prep bin")

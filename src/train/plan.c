@@ -9,6 +9,7 @@
 #include "fmhpc/train.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fmhpc/dist.h"
@@ -152,28 +153,58 @@ static bool micro_ok(const FmDeck *deck, int64_t b, int dp) {
   return B % b == 0 && (B / b) % dp == 0;
 }
 
+static int desc_i64(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x < y) - (x > y);
+}
+
+/* The divisors of B up to bmax, largest first, in a malloc'd array (*n of
+ * them): the only micro-batches micro_ok can take, found in O(sqrt B) steps
+ * (B is up to 2^40: a walk down from the deck's micro-batch was O(b)). */
+static int64_t *micro_candidates(int64_t B, int64_t bmax, int64_t *n) {
+  int64_t cap = 64, k = 0;
+  int64_t *d = fm_xmalloc((size_t)cap * sizeof *d);
+  for (int64_t i = 1; i <= B / i; i++) {
+    if (B % i != 0) continue;
+    const int64_t pair[2] = {i, B / i};
+    for (int j = 0; j < (pair[0] == pair[1] ? 1 : 2); j++) {
+      if (pair[j] > bmax) continue;
+      if (k == cap) d = fm_xrealloc(d, (size_t)(cap *= 2) * sizeof *d);
+      d[k++] = pair[j];
+    }
+  }
+  qsort(d, (size_t)k, sizeof *d, desc_i64);
+  *n = k;
+  return d;
+}
+
 /* Smallest tp first; with it the largest micro-batch up to the deck's, first
  * with the deck's recompute, then with recompute on. */
 static void plan_fit(FmPlan *p, const FmDeck *deck, const FmTensorTable *tab, bool *bad) {
   FmPlan q = *p;
   const bool rec0 = deck->c.model.recompute;
+  int64_t nb = 0;
+  int64_t *cand = micro_candidates(deck->c.train.global_batch, deck->c.train.micro_batch, &nb);
   for (int tp = 1; tp <= p->world; tp++) {
     if (!valid_tp(p, tp)) continue;
     for (int pass = 0; pass < (rec0 ? 1 : 2); pass++)
-      for (int64_t b = deck->c.train.micro_batch; b >= 1; b--) {
+      for (int64_t i = 0; i < nb; i++) {
+        const int64_t b = cand[i];
         if (!micro_ok(deck, b, p->world / tp)) continue;
         const Layout lay = {tp, p->world / tp, b, rec0 || pass == 1};
         plan_cost(&q, deck, tab, lay, bad);
-        if (*bad) return;
+        if (*bad) goto done;
         if (q.total <= p->device_mem) {
           p->fit_tp = tp;
           p->fit_micro = b;
           p->fit_recompute = lay.recompute;
           p->fit_total = q.total;
-          return;
+          goto done;
         }
       }
   }
+done:
+  free(cand);
 }
 
 static int plan_layout(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {

@@ -128,6 +128,9 @@ DECK = [
     ("values_past_reader_limit", ["--check", deck("many.in", "&optim betas=" + ",".join(["0.9"] * 70000) + " /\n")], 2,
      ["many.in:1:262158: &optim betas: too many values (at most 65536)"]),
     ("out_of_range", ["--check", L, "model%d_model=-1"], 2, ["<command line>:1:15: &model d_model = -1: out of range: must be >= 1"]),
+    # keys read into an int have ranges that fit one: keep = 2^32 became 0 and pruned every checkpoint, tp = 2^32 a
+    # division by zero in --check
+    ("int_key_too_large", ["--check", L, "ckpt%keep=4294967296"], 2, ["<command line>:1:11: &ckpt keep = 4294967296: out of range: must be in [1,1000000]"]),
     ("wrong_type", ["--check", L, "model%d_model='x'"], 2,
      ["<command line>:1:15: &model d_model = 'x': expected an integer, got a string"]),
     ("key_of_other_group", ["--check", L, "run%backend='cuda'"], 2,

@@ -676,6 +676,35 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
   return agree(h->comm, rc, h->why);
 }
 
+/* The counters a resume indexes or loops with, each in its range: the file's
+ * checksums cover the datasets, not these attributes, so a damaged or edited
+ * value must stop here (a spike_head past the window wrote out of bounds; a
+ * negative sample count never ended the sampler's walk). 1, or 0 with why. */
+static int run_state_in_range(H5 *h, const FmCkptState *s) {
+  const FmSpike *sp = s->spike;
+  const int64_t big = (int64_t)1 << 62;
+  const struct {
+    const char *name;
+    int64_t v, lo, hi;
+  } a[] = {{"step", s->step, 0, big},
+           {"samples", s->samples, 0, big},
+           {"skipped", s->skipped, 0, big},
+           {"redone", s->redone, 0, big},
+           {"spike_count", sp->count, 0, big},
+           {"spike_head", sp->head, 0, sp->window > 0 ? sp->window - 1 : 0},
+           {"spike_skipped", sp->skipped, 0, big},
+           {"spike_consecutive", sp->consecutive, 0, big}};
+  for (size_t i = 0; i < sizeof a / sizeof *a; i++)
+    if (a[i].v < a[i].lo || a[i].v > a[i].hi) {
+      snprintf(h->why, WHY,
+               "%s: run-state attribute %s = %lld is outside [%lld, %lld]: the file is damaged or was edited "
+               "(its checksums cover the datasets, not these attributes)",
+               h->path, a[i].name, (long long)a[i].v, (long long)a[i].lo, (long long)a[i].hi);
+      return 0;
+    }
+  return 1;
+}
+
 static int read_run_state(H5 *h, FmCkptState *s) {
   hid_t root = H5Gopen2(h->f, "/", H5P_DEFAULT);
   char fmt[32] = "", opt[64] = "";
@@ -708,6 +737,8 @@ static int read_run_state(H5 *h, FmCkptState *s) {
   else if (window != sp->window)
     snprintf(h->why, WHY, "%s: loss-spike window %lld, the deck says %lld (&train spike_window)", h->path,
              (long long)window, (long long)sp->window);
+  else if (!run_state_in_range(h, s))
+    ; /* why says which attribute */
   else {
     s->scales_skipped = nb != ckpt_nblocks(s); /* another tp layout's scales (ckpt.h) */
     return agree(h->comm, 0, h->why);

@@ -923,6 +923,16 @@ def ckpt_cases():
              ["resume: the deck stored in " + os.path.join(tmp, "k34.h5") + " has keys this version does not know: the others are compared"]),
             ("resume_deck_fixed", [resume("ck35.in", h5ckpt("k35.h5", lambda f: deck_new(f, (stored + "\n&model future_key = 1 /\n").encode(), fixed=True)))], 0,
              ["resume: the deck stored in " + os.path.join(tmp, "k35.h5") + " has keys this version does not know: the others are compared"]),
+            # the run-state counters are range-checked (the checksums cover datasets, not attributes): a spike_head
+            # past the window wrote out of bounds, a negative sample count hung the sampler, a negative step
+            # failed with no message
+            ("resume_spike_head", [resume("ck36.in", h5ckpt("k36.h5", lambda f: f.attrs.modify("spike_head", 1000000)))], 1,
+             [re.compile(r"k36\.h5: run-state attribute spike_head = 1000000 is outside \[0, [0-9]+\]: the file is damaged "
+                         r"or was edited \(its checksums cover the datasets, not these attributes\)")]),
+            ("resume_samples_negative", [resume("ck37.in", h5ckpt("k37.h5", lambda f: f.attrs.modify("samples", -1000000)))], 1,
+             [re.compile(r"k37\.h5: run-state attribute samples = -1000000 is outside \[0, 4611686018427387904\]")]),
+            ("resume_step_negative", [resume("ck38.in", h5ckpt("k38.h5", lambda f: f.attrs.modify("step", -3)))], 1,
+             [re.compile(r"k38\.h5: run-state attribute step = -3 is outside \[0, 4611686018427387904\]")]),
         ]
     else:
         print("SKIP resume_dataset_*, resume_*deck*: h5py is missing")

@@ -1029,6 +1029,19 @@ static int prepare_dir(const char *dir, const FmCkptState *s, const char *final,
     snprintf(why, WHY, "%s: cannot create the checkpoint directory: %s (&ckpt dir)", dir, strerror(errno));
     return FM_EIO;
   }
+  /* Another run's checkpoint of the same step is never replaced: a fresh
+   * start in a used directory shares it (say_found), and the rename in
+   * commit() would otherwise drop that run's file. A file with no readable
+   * run id (damaged, or from before run ids) is not a checkpoint to keep. */
+  char other[FM_CKPT_RUN_ID_LEN];
+  file_run_id(final, other);
+  if (other[0] && strcmp(other, s->run_id) != 0) {
+    snprintf(why, WHY,
+             "%s belongs to another run (run id %s; this run's is %s): a checkpoint never replaces another run's "
+             "file (write this run's checkpoints elsewhere: &ckpt dir or &run out_dir; or move that run's files)",
+             final, other, s->run_id);
+    return FM_EIO;
+  }
   const double need = ckpt_bytes(s), avail = free_bytes(dir);
   if (!getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") && avail >= 0 && avail < need) {
     char a[32], b[32];
@@ -1248,7 +1261,8 @@ static void say_found(const char *dir, const char *why) {
   if (n > 0)
     fm_warn0(
         "%s: %s already holds %d checkpoint%s (newest %s); this run starts at step 0 with a new run id: "
-        "retention and resume = 'auto' consider only its own checkpoints, its first one moves `latest`",
+        "retention and resume = 'auto' consider only its own checkpoints, its first one moves `latest`, and a "
+        "checkpoint of a step whose file another run holds fails rather than replace it",
         why, dir, n, n == 1 ? "" : "s", strrchr(paths[0], '/') + 1);
   free_list(paths, n);
 }

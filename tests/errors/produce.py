@@ -868,10 +868,15 @@ def ckpt_cases():
         ("resume_allowed_keys", [resume("ck8.in", ckpt("k8.h5"), train_keys="grad_clip=0.5")], 0,
          ["resume: 3 key(s) differ from " + os.path.join(tmp, "k8.h5") + " (allowed; recorded in metrics.jsonl):",
           "&train grad_clip = 1.0 in the checkpoint, 0.5 now"]),
-        ("fresh_start_in_used_dir", [resume("ck10.in", "none", out=used)], 0,
+        # the used directory's step_00000001.h5 is another run's: this run's first checkpoint fails rather than
+        # replace it (a hostile test lost every checkpoint of a run this way)
+        ("fresh_start_in_used_dir", [resume("ck10.in", "none", out=used)], 1,
          ["resume = 'none': " + os.path.join(used, "ckpt") + " already holds 2 checkpoints (newest step_00000002.h5); "
           "this run starts at step 0 with a new run id: retention and resume = 'auto' consider only its own checkpoints, "
-          "its first one moves `latest`"]),
+          "its first one moves `latest`, and a checkpoint of a step whose file another run holds fails rather than replace it",
+          re.compile(r"fmhpc: checkpoint of step 1 failed: " + re.escape(os.path.join(used, "ckpt", "step_00000001.h5")) +
+                     r" belongs to another run \(run id [0-9a-f]+; this run's is [0-9a-f]+\): a checkpoint never replaces "
+                     r"another run's file \(write this run's checkpoints elsewhere: &ckpt dir or &run out_dir; or move that run's files\)")]),
         ("auto_none_valid", [resume("ck11.in", "auto", out=broken)], 1,
          ["resume: skipping " + os.path.join(broken, "ckpt", "step_00000002.h5") + ": ",
           "fmhpc: &ckpt resume = 'auto': none of the 2 checkpoints in " + os.path.join(broken, "ckpt") + " is valid (see above)",

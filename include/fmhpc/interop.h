@@ -99,6 +99,11 @@ typedef int (*FmStFill)(void *ctx, const FmStTensor *t, void *buf);
  * in the same directory, fsynced, renamed over path. Fills t[i].begin/end. */
 int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMeta *meta, FmStFill fill, void *ctx,
                 FILE *err);
+/* fm_st_write up to the rename: the fsynced temporary's name in *tmp_path
+ * (caller renames or unlinks it, and frees the name), to commit it together
+ * with other files. On failure nothing is left and *tmp_path is NULL. */
+int fm_st_write_tmp(const char *path, int n, FmStTensor *t, int nmeta, const FmStMeta *meta, FmStFill fill,
+                    void *ctx, char **tmp_path, FILE *err);
 
 /* ---- Hugging Face models ---------------------------------------------- */
 

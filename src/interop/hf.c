@@ -5,12 +5,15 @@
  * in hf_names.c, config.json in hf_config.c, the file format in
  * safetensors.c. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fmhpc/interop.h"
 #include "fmhpc/json.h"
+#include "hf_internal.h"
 
 static char *join(const char *dir, const char *name) {
   FmStr s;
@@ -38,6 +41,22 @@ static int fill_transposed(void *ctx, const FmStTensor *t, void *buf) {
   return 0;
 }
 
+/* After a failed rename, remove() of the temporary is the caller's. */
+static int rename_into_place(const char *tmp, const char *path, FILE *err) {
+  if (rename(tmp, path) == 0) return 0;
+  if (err) fprintf(err, "%s: cannot rename %s over it: %s\n", path, tmp, strerror(errno));
+  return FM_EIO;
+}
+
+/* So the renames themselves are durable (best effort: some file systems
+ * refuse fsync on directories). */
+static void fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)fsync(fd);
+  close(fd);
+}
+
 int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, const FmTensorTable *params,
                  const float *weights, FILE *err) {
   FmHfTensor *ht = NULL;
@@ -62,8 +81,19 @@ int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, co
   ExportCtx ctx = {ht, st, weights};
   FmStMeta meta = {"format", "pt"};
   char *cfg = join(dir, "config.json"), *model = join(dir, "model.safetensors");
-  rc = fm_st_write(model, n, st, 1, &meta, fill_transposed, &ctx, err);
-  if (!rc) rc = fm_hf_config_write(cfg, k, d, err);
+  /* Both files are written and fsynced under temporary names before either
+   * is renamed into place, so a failed write leaves the old pair as it was
+   * rather than new weights beside an old config.json. */
+  char *model_tmp = NULL, *cfg_tmp = NULL;
+  rc = fm_st_write_tmp(model, n, st, 1, &meta, fill_transposed, &ctx, &model_tmp, err);
+  if (!rc) rc = fm__hf_config_write_tmp(cfg, k, d, &cfg_tmp, err);
+  if (!rc) rc = rename_into_place(cfg_tmp, cfg, err);
+  if (!rc) rc = rename_into_place(model_tmp, model, err);
+  if (!rc) fsync_dir(dir);
+  if (rc && cfg_tmp) remove(cfg_tmp);
+  if (rc && model_tmp) remove(model_tmp);
+  free(cfg_tmp);
+  free(model_tmp);
   free(cfg);
   free(model);
   free(st);
@@ -107,9 +137,15 @@ static bool safe_shard_name(const char *s, size_t len) {
 static int open_shards(Files *fs, const char *dir, const char *index, FILE *err) {
   char *text = NULL;
   size_t len = 0;
-  if (fm_read_file(index, &text, &len) != 0) {
-    if (err) fprintf(err, "%s: cannot read: %s\n", index, strerror(errno));
-    return FM_EIO;
+  if (fm__hf_read_json_file(index, &text, &len) != 0) {
+    const int e = errno;
+    if (err && e == EINVAL)
+      fprintf(err, "%s: not a regular file\n", index);
+    else if (err && e == EFBIG)
+      fprintf(err, "%s: over 16 MiB: not a shard index\n", index);
+    else if (err)
+      fprintf(err, "%s: cannot read: %s\n", index, strerror(e));
+    return e == EINVAL || e == EFBIG ? FM_EFORMAT : FM_EIO;
   }
   FmJsonDoc doc;
   FmJsonError je;

@@ -1,15 +1,15 @@
 /* hf_config.c: Hugging Face config.json, written on export and read and
  * checked against the deck's model on import, through the model's adapter
- * (hf_<name>.c: its keys), with the checks adapters share. The deck is the truth: config.json never fills in dims. Keys a
- * file leaves out take transformers' class defaults, as transformers does.
- * Keys that change the math fmhpc does not implement (rope_scaling, biases in
- * Llama, GPT-2's erf GELU or layer-scaled attention) are errors. */
+ * (hf_<name>.c: its keys), with the checks adapters share. The deck is the truth: config.json never fills in dims. Keys
+ * a file leaves out take transformers' class defaults, as transformers does. Keys that change the math fmhpc does not
+ * implement (rope_scaling, biases in Llama, GPT-2's erf GELU or layer-scaled attention) are errors. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "hf_internal.h"
 
@@ -26,7 +26,8 @@ void fm__hf_put_real(FILE *out, double v) {
   if (!strpbrk(buf, ".eEn")) fputs(".0", out);
 }
 
-int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err) {
+int fm__hf_config_write_tmp(const char *path, const FmModelKind *k, const FmModelDims *d, char **tmp_path, FILE *err) {
+  *tmp_path = NULL;
   const FmHfKind *h = fm__hf_kind(k);
   if (!h) {
     if (err) fprintf(err, "%s: model '%s' has no Hugging Face config mapping\n", path, k->name);
@@ -34,23 +35,38 @@ int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims
   }
   FmStr tmp;
   fm_str_init(&tmp);
-  fm_str_printf(&tmp, "%s.tmp", path);
+  fm_str_printf(&tmp, "%s.tmp.%ld", path, (long)getpid()); /* ranks sharing a directory do not collide */
   FILE *o = fopen(tmp.s, "w");
-  int rc = 0;
   if (!o) {
     if (err) fprintf(err, "%s: cannot create: %s\n", tmp.s, strerror(errno));
     fm_str_free(&tmp);
     return FM_EIO;
   }
   h->write_config(o, d);
-  if (fflush(o) != 0 || ferror(o)) rc = FM_EIO;
-  if (fclose(o) != 0) rc = FM_EIO;
-  if (!rc && rename(tmp.s, path) != 0) rc = FM_EIO;
-  if (rc) {
-    if (err) fprintf(err, "%s: cannot write: %s\n", path, strerror(errno));
-    remove(tmp.s);
+  int rc = fflush(o) != 0 || ferror(o) || fsync(fileno(o)) != 0 ? FM_EIO : 0;
+  if (rc && err) fprintf(err, "%s: cannot write: %s\n", tmp.s, strerror(errno));
+  if (fclose(o) != 0 && !rc) {
+    if (err) fprintf(err, "%s: cannot write: %s\n", tmp.s, strerror(errno));
+    rc = FM_EIO;
   }
-  fm_str_free(&tmp);
+  if (rc) {
+    remove(tmp.s);
+    fm_str_free(&tmp);
+  } else {
+    *tmp_path = tmp.s;
+  }
+  return rc;
+}
+
+int fm_hf_config_write(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err) {
+  char *tmp = NULL;
+  int rc = fm__hf_config_write_tmp(path, k, d, &tmp, err);
+  if (!rc && rename(tmp, path) != 0) {
+    if (err) fprintf(err, "%s: cannot rename %s over it: %s\n", path, tmp, strerror(errno));
+    remove(tmp);
+    rc = FM_EIO;
+  }
+  free(tmp);
   return rc;
 }
 
@@ -82,7 +98,7 @@ void fm__hf_check_int(FmHfCheck *c, const char *key, int64_t def, const char *de
   int64_t x = v ? v->i : def;
   if (x != deck_val) {
     fm__hf_problem(c, "\"%s\" = %lld%s but the deck's &model %s gives %lld", key, (long long)x, v ? "" : " (default)",
-            deck_key, (long long)deck_val);
+                   deck_key, (long long)deck_val);
     fm_str_printf(&c->fix, " %s = %lld", deck_key, (long long)x);
   }
 }
@@ -110,7 +126,7 @@ void fm__hf_check_bool(FmHfCheck *c, const char *key, bool def, const char *deck
   bool x = v ? v->b : def;
   if (x != deck_val) {
     fm__hf_problem(c, "\"%s\" = %s%s but the deck's &model %s = %s", key, x ? "true" : "false", v ? "" : " (default)",
-            deck_key, deck_val ? ".true." : ".false.");
+                   deck_key, deck_val ? ".true." : ".false.");
     fm_str_printf(&c->fix, " %s = %s", deck_key, x ? ".true." : ".false.");
   }
 }
@@ -136,8 +152,33 @@ void fm__hf_check_str(FmHfCheck *c, const char *key, const char *def, const char
   fm__hf_problem(c, "\"%s\" = \"%.60s\": %s", key, x, why);
 }
 
-/* config.json is small; anything over this is not one. */
-enum { MAX_CONFIG_BYTES = 16 << 20 };
+/* Integer keys that a check computes with (a default of 4 * n_embd, of
+ * hidden_size / num_attention_heads) must be in range before any arithmetic:
+ * n_embd = 4e18 is reported, not multiplied. Each out of range is reported;
+ * false when any is. Non-integers are left to fm__hf_check_int. */
+bool fm__hf_check_ranges(FmHfCheck *c, const FmHfRange *r, int n) {
+  bool ok = true;
+  for (int i = 0; i < n; i++) {
+    const FmJson *v = fm__hf_get(c, r[i].key);
+    if (!v || v->type != FM_JSON_NUM || !v->is_int || (v->i >= r[i].lo && v->i <= r[i].hi)) continue;
+    fm__hf_problem(c, "\"%s\" = %lld: must be in [%lld, %lld]", r[i].key, (long long)v->i, (long long)r[i].lo,
+                   (long long)r[i].hi);
+    ok = false;
+  }
+  return ok;
+}
+
+/* stat() first: open() of a FIFO blocks, and fm_read_file reads a device
+ * such as /dev/zero until memory runs out. */
+int fm__hf_read_json_file(const char *path, char **text, size_t *len) {
+  struct stat st;
+  if (stat(path, &st) != 0) return -1;
+  if (!S_ISREG(st.st_mode) || st.st_size > FM_HF_MAX_JSON_BYTES) {
+    errno = S_ISREG(st.st_mode) ? EFBIG : EINVAL;
+    return -1;
+  }
+  return fm_read_file(path, text, len);
+}
 
 int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err) {
   struct stat st;
@@ -147,7 +188,7 @@ int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims
               path, strerror(errno));
     return FM_EIO;
   }
-  if (!S_ISREG(st.st_mode) || st.st_size > MAX_CONFIG_BYTES) {
+  if (!S_ISREG(st.st_mode) || st.st_size > FM_HF_MAX_JSON_BYTES) {
     if (err) fprintf(err, "%s: not a config.json (not a regular file, or over 16 MiB)\n", path);
     return FM_EFORMAT;
   }

@@ -48,6 +48,10 @@ static void write_gpt2(FILE *o, const FmModelDims *d) {
 
 static void check_gpt2(FmHfCheck *c, const FmModelDims *d) {
   static const char *const gelu_tanh[] = {"gelu_new", "gelu_pytorch_tanh", NULL};
+  static const FmHfRange sizes[] = {
+      {"n_embd", 1, FM_HF_MAX_SIZE},      {"n_layer", 1, FM_HF_MAX_SIZE},    {"n_head", 1, 65536},
+      {"n_positions", 1, FM_HF_MAX_SIZE}, {"vocab_size", 1, FM_HF_MAX_SIZE}, {"n_inner", 1, FM_HF_MAX_SIZE}};
+  if (!fm__hf_check_ranges(c, sizes, (int)(sizeof sizes / sizeof sizes[0]))) return;
   fm__hf_check_str(c, "activation_function", "gelu_new", gelu_tanh, "fmhpc's GPT-2 uses the tanh GELU (gelu_new)");
   fm__hf_check_int(c, "n_embd", 768, "d_model", d->C);
   fm__hf_check_int(c, "n_layer", 12, "n_layer", d->L);

@@ -43,10 +43,19 @@ typedef struct FmHfKind {
   void (*check_config)(FmHfCheck *c, const FmModelDims *d);
 } FmHfKind;
 
+/* An integer config.json key's allowed range (see fm__hf_check_ranges). */
+typedef struct FmHfRange {
+  const char *key;
+  int64_t lo, hi;
+} FmHfRange;
+
 /* The adapter of model kind k (fm_hf_<name> of its models.def line), or NULL. */
 const FmHfKind *fm__hf_kind(const FmModelKind *k);
 
 /* ---- config.json helpers (hf_config.c) ---- */
+/* fm_hf_config_write up to the rename: the fsynced temporary (path.tmp.PID)
+ * in *tmp_path, for the caller to rename or remove, and free. */
+int fm__hf_config_write_tmp(const char *path, const FmModelKind *k, const FmModelDims *d, char **tmp_path, FILE *err);
 void fm__hf_put_real(FILE *out, double v);
 void fm__hf_problem(FmHfCheck *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const FmJson *fm__hf_get(const FmHfCheck *c, const char *key);
@@ -55,5 +64,14 @@ void fm__hf_check_real(FmHfCheck *c, const char *key, double def, const char *de
 void fm__hf_check_bool(FmHfCheck *c, const char *key, bool def, const char *deck_key, bool deck_val);
 void fm__hf_check_fixed_bool(FmHfCheck *c, const char *key, bool def, bool want, const char *why);
 void fm__hf_check_str(FmHfCheck *c, const char *key, const char *def, const char *const *ok, const char *why);
+bool fm__hf_check_ranges(FmHfCheck *c, const FmHfRange *r, int n);
+/* The largest a size key may be (a head count's limit is the deck's, 65536). */
+#define FM_HF_MAX_SIZE INT32_MAX
+
+/* config.json, or a shard index, as text: a regular file of at most
+ * FM_HF_MAX_JSON_BYTES (a FIFO would block, /dev/zero never ends). 0, or -1
+ * with errno set (EINVAL: not a regular file; EFBIG: too large). */
+enum { FM_HF_MAX_JSON_BYTES = 16 << 20 };
+int fm__hf_read_json_file(const char *path, char **text, size_t *len);
 
 #endif

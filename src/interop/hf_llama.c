@@ -42,6 +42,12 @@ static void write_llama(FILE *o, const FmModelDims *d) {
 
 static void check_llama(FmHfCheck *c, const FmModelDims *d) {
   static const char *const silu[] = {"silu", NULL};
+  static const FmHfRange sizes[] = {
+      {"hidden_size", 1, FM_HF_MAX_SIZE},       {"intermediate_size", 1, FM_HF_MAX_SIZE},
+      {"num_hidden_layers", 1, FM_HF_MAX_SIZE}, {"num_attention_heads", 1, 65536},
+      {"num_key_value_heads", 1, 65536},        {"head_dim", 1, 65536},
+      {"vocab_size", 1, FM_HF_MAX_SIZE},        {"max_position_embeddings", 1, FM_HF_MAX_SIZE}};
+  if (!fm__hf_check_ranges(c, sizes, (int)(sizeof sizes / sizeof sizes[0]))) return;
   fm__hf_check_str(c, "hidden_act", "silu", silu, "fmhpc's Llama MLP is SwiGLU (silu)");
   fm__hf_check_int(c, "hidden_size", 4096, "d_model", d->C);
   fm__hf_check_int(c, "intermediate_size", 11008, "d_ff", d->F);

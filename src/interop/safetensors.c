@@ -327,7 +327,9 @@ int fm_st_open(FmStFile *f, const char *path, FILE *err) {
       fprintf(err, "%s: safetensors data is little-endian; this build reads it only on little-endian hosts\n", path);
     return FM_EUNSUPPORTED;
   }
-  f->fd = open(path, O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK: open() of a FIFO would wait for a writer forever; the
+   * S_ISREG check below then refuses it. Regular files ignore the flag. */
+  f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat st;
   if (f->fd < 0 || fstat(f->fd, &st) != 0) {
     if (err) fprintf(err, "%s: cannot open: %s\nhint: check the path and permissions\n", path, strerror(errno));
@@ -582,8 +584,9 @@ static void fsync_dir_of(const char *path) {
   free(dir);
 }
 
-int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMeta *meta, FmStFill fill, void *ctx,
-                FILE *err) {
+int fm_st_write_tmp(const char *path, int n, FmStTensor *t, int nmeta, const FmStMeta *meta, FmStFill fill, void *ctx,
+                    char **tmp_path, FILE *err) {
+  *tmp_path = NULL;
   if (!host_little_endian()) {
     if (err)
       fprintf(err, "%s: safetensors data is little-endian; this build writes it only on little-endian hosts\n", path);
@@ -636,17 +639,28 @@ int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMet
     if (err) fprintf(err, "%s: close failed: %s\n", tmp.s, strerror(errno));
     rc = FM_EIO;
   }
-  if (!rc && rename(tmp.s, path) != 0) {
-    if (err) fprintf(err, "%s: cannot rename %s over it: %s\n", path, tmp.s, strerror(errno));
-    rc = FM_EIO;
-  }
-  if (rc)
+  if (rc) {
     unlink(tmp.s);
-  else
-    fsync_dir_of(path);
+    fm_str_free(&tmp);
+  } else {
+    *tmp_path = tmp.s;
+  }
   free(scratch);
   free(header);
   free(ord);
-  fm_str_free(&tmp);
+  return rc;
+}
+
+int fm_st_write(const char *path, int n, FmStTensor *t, int nmeta, const FmStMeta *meta, FmStFill fill, void *ctx,
+                FILE *err) {
+  char *tmp = NULL;
+  int rc = fm_st_write_tmp(path, n, t, nmeta, meta, fill, ctx, &tmp, err);
+  if (!rc && rename(tmp, path) != 0) {
+    if (err) fprintf(err, "%s: cannot rename %s over it: %s\n", path, tmp, strerror(errno));
+    unlink(tmp);
+    rc = FM_EIO;
+  }
+  if (!rc) fsync_dir_of(path);
+  free(tmp);
   return rc;
 }

@@ -28,6 +28,7 @@ tmp = tempfile.mkdtemp(prefix="fmhpc_produce_")
 
 
 MADE = set()  # every file a case writes has its own name (cases are made before any runs)
+AFTER = []  # (case, check): after all runs, check() returns None or what a case wrongly left changed
 
 
 def deck(name, text):
@@ -476,6 +477,23 @@ def interop_cases():
     header_twice = json.dumps(hdr).encode()[:-1] + b', "' + EMB.encode() + b'": ' + json.dumps(hdr[EMB]).encode() + b"}"
     body = st[8 + int.from_bytes(st[:8], "little"):]
     os.makedirs(os.path.join(tmp, "cfg_is_dir", "config.json"), exist_ok=True)
+    # a FIFO where a file is read: an error, not an open() that waits for a writer forever (the run's timeout)
+    os.mkfifo(os.path.join(hf_dir("fifo_st", safetensors=False), "model.safetensors"))
+    os.mkfifo(os.path.join(hf_dir("fifo_ix", safetensors=False), "model.safetensors.index.json"))
+    os.symlink("/dev/zero", os.path.join(hf_dir("zero_ix", safetensors=False), "model.safetensors.index.json"))
+    with open(os.path.join(hf_dir("big_ix", safetensors=False), "model.safetensors.index.json"), "wb") as f:
+        f.truncate(17 << 20)  # sparse: a size, no data
+    gpt2_cfg = {"model_type": "gpt2", "n_embd": 4 * 10**18, "n_layer": 1, "n_head": 2, "n_positions": 16,
+                "vocab_size": 269}
+    gpt2 = deck("c18.in", f"&run task='generate' out_dir='{tmp}/gen' /\n&model arch='gpt2' d_model=16 n_layer=1 n_head=2 "
+                          f"vocab_size=269 seq_len=16 /\n&generate model='{hf_dir('c18', raw_config=json.dumps(gpt2_cfg))}' "
+                          f"tokenizer='{TOK}' prompts='hello' max_tokens=4 /\n")
+    # export over an hf/ whose config.json cannot be replaced (a directory): the old weights stay, no temporaries
+    old = os.path.join(tmp, "x14", "hf")
+    os.makedirs(os.path.join(old, "config.json"), exist_ok=True)
+    raw(os.path.join("x14", "hf", "model.safetensors"), b"old weights")
+    AFTER.append(("export_config_fails", lambda: None if open(os.path.join(old, "model.safetensors"), "rb").read() == b"old weights"
+                  and sorted(os.listdir(old)) == ["config.json", "model.safetensors"] else f"{old} changed: {os.listdir(old)}"))
     return [
         ("st_metadata_not_object", [generate("s1.in", hf_dir("s1", lambda h: h.__setitem__("__metadata__", 5)))], 1,
          ["s1/model.safetensors: \"__metadata__\" is a JSON number, not an object"]),
@@ -585,6 +603,20 @@ def interop_cases():
           "hint: a Hugging Face model directory has config.json and model.safetensors"]),
         ("config_not_a_file", [generate("c15.in", os.path.join(tmp, "cfg_is_dir"))], 1,
          ["cfg_is_dir/config.json: not a config.json (not a regular file, or over 16 MiB)"]),
+        ("config_size_range", [generate("c16.in", hf_dir("c16", config=config_set("hidden_size", 4 * 10**18)))], 2,
+         ["c16/config.json: \"hidden_size\" = 4000000000000000000: must be in [1, 2147483647]", HINT_CFG]),
+        ("config_heads_range", [generate("c17.in", hf_dir("c17", config=config_set("num_attention_heads", -2**63)))], 2,
+         ["c17/config.json: \"num_attention_heads\" = -9223372036854775808: must be in [1, 65536]"]),
+        ("config_gpt2_range", [gpt2], 2, ["c18/config.json: \"n_embd\" = 4000000000000000000: must be in [1, 2147483647]"]),
+        ("st_fifo", [generate("s26.in", os.path.join(tmp, "fifo_st"))], 1, ["fifo_st/model.safetensors: not a regular file"]),
+        ("index_fifo", [generate("ix7.in", os.path.join(tmp, "fifo_ix"))], 1,
+         ["fifo_ix/model.safetensors.index.json: not a regular file"]),
+        ("index_dev_zero", [generate("ix8.in", os.path.join(tmp, "zero_ix"))], 1,
+         ["zero_ix/model.safetensors.index.json: not a regular file"]),
+        ("index_too_big", [generate("ix9.in", os.path.join(tmp, "big_ix"))], 1,
+         ["big_ix/model.safetensors.index.json: over 16 MiB: not a shard index"]),
+        ("export_config_fails", [deck("ix14.in", f"&run task='export' out_dir='{tmp}/x14' /\n{MODEL[:-2]} init_from='{fx}/run/final' /\n")], 1,
+         [re.compile(r"x14/hf/config\.json: cannot rename .*x14/hf/config\.json\.tmp\.[0-9]+ over it: Is a directory")]),
     ]
 
 
@@ -1096,6 +1128,11 @@ def main():
             print("  output tail: " + "\n  ".join(out.strip().splitlines()[-6:]))
         else:
             print(f"ok   {name}: exit {status}, {len(texts)} message(s)")
+    for name, check in AFTER:
+        problem = check()
+        if problem:
+            bad += 1
+            print(f"FAIL {name}: {problem}")
     print(f"{len(CASES) - bad} of {len(CASES)} cases produce their messages")
     shutil.rmtree(tmp, ignore_errors=True)
     return 1 if bad or not CASES else 0

@@ -4,8 +4,8 @@
  * rerun with an error naming it, as phase 2 checks its size against its
  * header before it reads any row), rows
  * placed by prefix sums over windows into shards and a JSON manifest per
- * split, the report, and resume (a fingerprint of the settings that committed
- * windows must share). */
+ * split, the report, and resume (a fingerprint of the settings and inputs
+ * (path, size, mtime, inode) that committed windows must share). */
 #include "prep_internal.h"
 
 #include <errno.h>
@@ -601,8 +601,14 @@ static void fingerprint(const Prep *p, char hex[65]) {
   for (int i = 0; i < c->prep.role_names_n; i++)
     fm_str_printf(&b, "role=%s|%s|%s\n", c->prep.role_names[i], i < c->prep.role_prefix_n ? c->prep.role_prefix[i] : "",
                   i < c->prep.role_suffix_n ? c->prep.role_suffix[i] : "");
-  for (int i = 0; i < p->nin; i++)
-    fm_str_printf(&b, "in=%d %lld %s\n", p->in[i].valid, (long long)p->in[i].bytes, p->in[i].path);
+  /* an input edited in place keeps its size, not its mtime (st_dev is left
+   * out: a resumed job may mount the file system on another node) */
+  for (int i = 0; i < p->nin; i++) {
+    struct stat st;
+    if (stat(p->in[i].path, &st) != 0) memset(&st, 0, sizeof st); /* gone: its read fails with the reason */
+    fm_str_printf(&b, "in=%d %lld %s mtime=%lld.%09ld ino=%llu\n", p->in[i].valid, (long long)p->in[i].bytes,
+                  p->in[i].path, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, (unsigned long long)st.st_ino);
+  }
   uint8_t d[32];
   fm_sha256(b.s, b.len, d);
   fm_hex(d, 32, hex);

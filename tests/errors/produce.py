@@ -686,9 +686,9 @@ def store_cases():
     run_ok([deck("prep_bfd.in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' "
                                 f"output='{tmp}/store_empty' seq_len=16 min_chars=1 packing='bfd' /\n")], "prep bfd")
     # prep stopped after its first window (as if killed), its window file then damaged, or rerun with another deck
-    def stopped(name, edit=None, extra=b""):
+    def stopped(name, edit=None, extra=b"", corpus=f"{fx}/corpus.jsonl"):
         out = os.path.join(tmp, name)
-        d = deck(name + ".in", f"&run task='prep' /\n&prep inputs='{fx}/corpus.jsonl' tokenizer='{TOK}' output='{out}' "
+        d = deck(name + ".in", f"&run task='prep' /\n&prep inputs='{corpus}' tokenizer='{TOK}' output='{out}' "
                                "seq_len=16 min_chars=1 window_docs=8 /\n")
         run_ok([d, "prep%stop_after_windows=1"], "prep stopped after a window", 1)  # stops as if killed
         win = os.path.join(out, ".prep_work", "win_000000000.bin")
@@ -702,6 +702,19 @@ def store_cases():
                 f.write(extra)
         return d, win
     other, _ = stopped("w_other")
+    # an input edited in place after the windows were committed: same size, new content (it used to resume, mixing
+    # windows of the old text into the new store)
+    edited_corpus = os.path.join(tmp, "edited.jsonl")
+    shutil.copyfile(os.path.join(fx, "corpus.jsonl"), edited_corpus)
+    edited, _ = stopped("w_edited", corpus=edited_corpus)
+    with open(edited_corpus, "r+b") as f:
+        body = f.read()
+        f.seek(0)
+        f.write(body.replace(b"hello", b"jello"))
+    st = os.stat(edited_corpus)
+    os.utime(edited_corpus, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # a coarse clock still sees the edit
+    if os.path.getsize(edited_corpus) != len(body):
+        raise SystemExit("produce.py: the edit changed the size of " + edited_corpus)
     cut, cut_win = stopped("w_cut", -600)
     head, head_win = stopped("w_head", 64)
     long_, long_win = stopped("w_long", extra=b"extra")
@@ -764,6 +777,9 @@ def store_cases():
         ("train_token_id", [train("t23.in", every_token, train_keys="")], 1,
          [re.compile(r"every_token/train_00000: row [0-9]+ \(sample [0-9]+\), column 3: token id 1000 >= vocab_size 269 of "
                      r"the store: the shard is corrupt or from another tokenizer"), "hint: run task='prep' again for this store"]),
+        ("prep_resume_edited_input", [edited], 1,
+         [os.path.join(tmp, "w_edited", ".prep_work", "fingerprint") + ": committed windows of a different prep (deck, "
+          "tokenizer, inputs or window file version changed)"]),
         ("prep_resume_other_deck", [other, "prep%min_chars=2"], 1,
          [os.path.join(tmp, "w_other", ".prep_work", "fingerprint") + ": committed windows of a different prep (deck, "
           "tokenizer, inputs or window file version changed)", "hint: delete " + os.path.join(tmp, "w_other", ".prep_work") +

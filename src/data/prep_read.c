@@ -202,9 +202,32 @@ static int turns_of(Prep *p, const FmJson *obj, Turn *turns, int *nturns, Bad *b
   return 0;
 }
 
+/* A built-in template puts the record's role into its prefix, which is
+ * encoded with special tokens on: a role holding a special token's text
+ * ("user<|endoftext|>") would put that token (an EOS, a header end) into
+ * the document. The role is encoded alone, after the window's ids (then
+ * dropped), and refused if any id is special. */
+static int role_is_text(Prep *p, const char *role, Bad *bad) {
+  const int64_t before = p->nids;
+  int64_t k = fm_tok_encode(p->tok, role, strlen(role), true, &p->ids, &p->nids, &p->idcap);
+  int rc = k < 0 ? (int)k : 0;
+  for (int64_t i = before; !rc && i < p->nids; i++) {
+    if (!fm_tok_is_special(p->tok, p->ids[i])) continue;
+    size_t len = 0;
+    const char *tok = fm_tok_token_bytes(p->tok, p->ids[i], &len);
+    snprintf(bad->why, sizeof bad->why,
+             "role '%.64s' holds the special token '%.*s': a role from the data is text, never a special token",
+             role, (int)(len < 64 ? len : 64), tok ? tok : "");
+    rc = FM_EDATA;
+  }
+  p->nids = before;
+  return rc;
+}
+
 /* Render turns through the template into ids + mask. Prefix, suffix and bos
- * may hold special tokens; content never. Trained turns train their content
- * and suffix; the closing EOS is trained when the last turn is. */
+ * may hold special tokens; content and the record's roles never. Trained
+ * turns train their content and suffix; the closing EOS is trained when the
+ * last turn is. */
 static int encode_sft(Prep *p, const Turn *turns, int n, Bad *bad) {
   int rc = 0;
   if (nonempty(p->tmpl.bos)) rc = encode(p, p->tmpl.bos, strlen(p->tmpl.bos), true, 0);
@@ -213,6 +236,11 @@ static int encode_sft(Prep *p, const Turn *turns, int n, Bad *bad) {
     if (fm_template_role(&p->tmpl, turns[i].role, &pre, &suf)) {
       snprintf(bad->why, sizeof bad->why, "role '%s' is not in the deck template's role_names", turns[i].role);
       return FM_EDATA;
+    }
+    if (p->tmpl.nroles == 0 && (rc = role_is_text(p, turns[i].role, bad)) != 0) {
+      free(pre);
+      free(suf);
+      return rc;
     }
     rc = encode(p, pre, strlen(pre), true, 0);
     if (!rc) rc = encode(p, turns[i].text, turns[i].len, false, turns[i].train);

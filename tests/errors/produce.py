@@ -363,6 +363,15 @@ DATA = [
     ("sft_unknown_role", [prep("p15.in", jsonl("s4.jsonl", ['{"messages": [{"role": "bot", "content": "a longer piece of content, past min_chars"}, '
                                                              '{"role": "assistant", "content": "a longer piece of content, past min_chars"}]}\n']), DECK_TMPL)], 1,
      ["s4.jsonl:1: role 'bot' is not in the deck template's role_names"]),
+    # a role from the data is put into a built-in template's prefix, which is encoded with special tokens on: a
+    # role holding one's text used to put a real <|endoftext|> into the document
+    ("sft_role_special_token", [prep("p16.in", jsonl("s5.jsonl", ['{"messages": [{"role": "user<|endoftext|>", "content": '
+                                                                  '"a longer piece of content, past min_chars"}, {"role": '
+                                                                  '"assistant", "content": "a longer piece of content, past '
+                                                                  'min_chars"}]}\n']), "mode='sft' train_on='assistant' "
+                                                                                       "chat_template='chatml'")], 1,
+     ["s5.jsonl:1: role 'user<|endoftext|>' holds the special token '<|endoftext|>': a role from the data is text, "
+      "never a special token", HINT_BAD]),
     ("dedup_bad_json", [dedup("dedup1.in", BAD2, f"output='{tmp}/d1.jsonl'")], 1,
      ["bad2.jsonl:2:10: malformed JSON: bad number", "hint: every non-blank line must be one JSON object"]),
     ("dedup_no_field", [dedup("dedup2.in", NOTEXT, f"output='{tmp}/d2.jsonl'")], 1,

@@ -1220,7 +1220,11 @@ static int read_file(const char *path, FmComm *comm, char *why, size_t why_len, 
 /* Rank 0: what resume='auto' may load, in order: the file `latest` names,
  * then the older checkpoints of its run (a fallback past a damaged file);
  * another run's files in the same directory are never candidates. Without
- * `latest` (nothing was ever committed there by a run with run ids): none. */
+ * `latest` (nothing was ever committed there by a run with run ids): none.
+ * When the file `latest` names has no readable run id (cut short by a
+ * crash or a full disk after its commit, damaged), its run is taken to be
+ * that of the newest older checkpoint with one (said), so a damaged newest
+ * file falls back to its predecessors instead of failing the resume. */
 static int auto_candidates(const char *dir, char ***out) {
   char path[4200], name[256] = "";
   snprintf(path, sizeof path, "%s/latest", dir);
@@ -1238,6 +1242,15 @@ static int auto_candidates(const char *dir, char ***out) {
   file_run_id(path, id);
   char **all = NULL;
   int n = fm_ckpt_list(dir, &all), m = 0;
+  for (int i = 0; i < n && !id[0]; i++) { /* newest first */
+    long long st = 0;
+    step_of(strrchr(all[i], '/') + 1, ".h5", &st);
+    if (st >= newest) continue;
+    file_run_id(all[i], id);
+    if (id[0])
+      fm_warn0("resume: %s has no readable run id (cut short or damaged); its run is taken to be that of %s (run id %s)",
+               path, all[i], id);
+  }
   *out = fm_xcalloc((size_t)n + 1, sizeof **out);
   (*out)[m++] = fm_xstrdup(path);
   n = only_run(all, n, id); /* "": checkpoints from before run ids fall back to each other */

@@ -900,7 +900,10 @@ def ckpt_cases():
         shutil.copytree(os.path.join(fx, "run"), d)
         return d
 
-    used, broken = run_copy("used"), run_copy("broken")
+    used, broken, cut = run_copy("used"), run_copy("broken"), run_copy("cut")
+    # the newest checkpoint cut short after its commit (a crash, a full disk): its run id is unreadable, and the
+    # resume used to look only for older files without one, so it failed instead of falling back to step 1
+    os.truncate(os.path.join(cut, "ckpt", "step_00000002.h5"), 4096)
     for f in os.listdir(os.path.join(broken, "ckpt")):
         if f.startswith("step_"):
             with open(os.path.join(broken, "ckpt", f), "wb") as g:
@@ -938,6 +941,13 @@ def ckpt_cases():
          ["resume: skipping " + os.path.join(broken, "ckpt", "step_00000002.h5") + ": ",
           "fmhpc: &ckpt resume = 'auto': none of the 2 checkpoints in " + os.path.join(broken, "ckpt") + " is valid (see above)",
           "hint: resume = 'none' starts over; resume = 'PATH' names one file"]),
+        ("auto_newest_cut", [resume("ck13.in", "auto", out=cut, train_keys="steps=3")], 0,
+         [re.compile(re.escape("resume: " + os.path.join(cut, "ckpt", "step_00000002.h5") + " has no readable run id (cut "
+                               "short or damaged); its run is taken to be that of " +
+                               os.path.join(cut, "ckpt", "step_00000001.h5")) + r" \(run id [0-9a-f]+\)"),
+          "resume: skipping " + os.path.join(cut, "ckpt", "step_00000002.h5") + ": " +
+          os.path.join(cut, "ckpt", "step_00000002.h5") + ": cannot open as HDF5 (missing, truncated or corrupt)",
+          "resume: " + os.path.join(cut, "ckpt", "step_00000001.h5") + ", step 1 ("]),
         ("eval_model_not_a_checkpoint", [deck("ck12.in", f"&run task='eval' out_dir='{tmp}/k12' /\n{MODEL}&data valid='{fx}/store/valid.json' /\n"
                                                         f"&eval model='{fx}/store/train_00000.h5' batches=1 /\n&train micro_batch=1 /\n")], 1,
          ["train_00000.h5: not an fmhpc checkpoint (no format = 'fmhpc-ckpt' attribute)",

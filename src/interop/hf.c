@@ -6,6 +6,7 @@
  * safetensors.c. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -227,6 +228,28 @@ static void put_shape(FILE *err, int nd, const int64_t *shape) {
   fputc(']', err);
 }
 
+/* A weight that is NaN or infinite (a model saved after it diverged, a
+ * damaged file) makes every output NaN: refused at the import, naming the
+ * first such element in the file's order, not found steps later. */
+static int finite_weights(const FmStFile *f, const FmStTensor *t, const float *x, int64_t n, FILE *err) {
+  int64_t bad = -1;
+  for (int64_t i = 0; i < n && bad < 0; i += 4096) { /* branch-free blocks: the scan vectorises */
+    const int64_t e = i + 4096 < n ? i + 4096 : n;
+    int any = 0;
+    for (int64_t j = i; j < e; j++) any |= !isfinite(x[j]);
+    for (int64_t j = i; any && j < e && bad < 0; j++)
+      if (!isfinite(x[j])) bad = j;
+  }
+  if (bad < 0) return 0;
+  if (err) {
+    fprintf(err, "%s: tensor %s: element %lld of ", f->path, t->name, (long long)bad);
+    put_shape(err, t->ndim, t->shape);
+    fprintf(err, " is %s: a model's weights must be finite\nhint: the model was saved after it diverged, or the file is "
+                 "damaged: use an earlier checkpoint\n", isnan(x[bad]) ? "NaN" : "infinite");
+  }
+  return FM_EFORMAT;
+}
+
 /* Read one HF tensor into its slice of weights (transposing Conv1D). */
 static int load_one(const Files *fs, int fi, const FmStTensor *t, const FmHfTensor *h, float *weights, float *scratch,
                     FILE *err) {
@@ -244,8 +267,12 @@ static int load_one(const Files *fs, int fi, const FmStTensor *t, const FmHfTens
     }
     return FM_EFORMAT;
   }
-  if (!h->transpose) return fm_st_read_f32(f, t, weights + h->offset, err);
+  if (!h->transpose) {
+    int rc = fm_st_read_f32(f, t, weights + h->offset, err);
+    return rc ? rc : finite_weights(f, t, weights + h->offset, h->numel, err);
+  }
   int rc = fm_st_read_f32(f, t, scratch, err);
+  if (!rc) rc = finite_weights(f, t, scratch, h->numel, err);
   const int64_t rows = h->shape[1], cols = h->shape[0]; /* ours (rows, cols); file (cols, rows) */
   float *dst = weights + h->offset;
   for (int64_t j = 0; !rc && j < cols; j++)

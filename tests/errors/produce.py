@@ -486,6 +486,9 @@ def interop_cases():
     header_twice = json.dumps(hdr).encode()[:-1] + b', "' + EMB.encode() + b'": ' + json.dumps(hdr[EMB]).encode() + b"}"
     body = st[8 + int.from_bytes(st[:8], "little"):]
     os.makedirs(os.path.join(tmp, "cfg_is_dir", "config.json"), exist_ok=True)
+    nan_at = hdr[NORM0]["data_offsets"][0] + 3 * {"F32": 4, "BF16": 2, "F16": 2}[hdr[NORM0]["dtype"]]
+    nan = {"F32": struct.pack("<f", float("nan")), "BF16": b"\xc0\x7f", "F16": b"\x00\x7e"}[hdr[NORM0]["dtype"]]
+    nan_body = body[:nan_at] + nan + body[nan_at + len(nan):]
     # a FIFO where a file is read: an error, not an open() that waits for a writer forever (the run's timeout)
     os.mkfifo(os.path.join(hf_dir("fifo_st", safetensors=False), "model.safetensors"))
     os.mkfifo(os.path.join(hf_dir("fifo_ix", safetensors=False), "model.safetensors.index.json"))
@@ -504,6 +507,11 @@ def interop_cases():
     AFTER.append(("export_config_fails", lambda: None if open(os.path.join(old, "model.safetensors"), "rb").read() == b"old weights"
                   and sorted(os.listdir(old)) == ["config.json", "model.safetensors"] else f"{old} changed: {os.listdir(old)}"))
     return [
+        # weights that are not finite: refused at the import (they were loaded, and generate printed from NaN logits)
+        ("st_weight_nan", [generate("s40.in", hf_dir("s40", data=nan_body))], 1,
+         ["s40/model.safetensors: tensor model.layers.0.input_layernorm.weight: element 3 of [16] is NaN: a model's "
+          "weights must be finite",
+          "hint: the model was saved after it diverged, or the file is damaged: use an earlier checkpoint"]),
         ("st_metadata_not_object", [generate("s1.in", hf_dir("s1", lambda h: h.__setitem__("__metadata__", 5)))], 1,
          ["s1/model.safetensors: \"__metadata__\" is a JSON number, not an object"]),
         ("st_metadata_member", [generate("s2.in", hf_dir("s2", lambda h: h.__setitem__("__metadata__", {"a": 5})))], 1,

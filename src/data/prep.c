@@ -298,6 +298,23 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   for (int64_t w = 0; w < nW; w++)
     for (int k = 0; k < NSTAT; k++) tot[k] += sum[w].stat[k];
   tot[ST_blank] = p.blank; /* every rank read every line */
+  if (!rc && p.sft && tot[ST_docs_train] > 0 && tot[ST_trained_train] == 0) {
+    /* a train_on that matches no turn (a misspelt role) makes a store whose loss mask is 0 everywhere: training
+     * on it "runs" at loss 0 and learns nothing. Refused before any shard is written; the windows, which hold
+     * this train_on's masks, are of no further use. */
+    if (err) {
+      fprintf(err, "prep: &prep train_on = ");
+      for (int i = 0; i < deck->c.prep.train_on_n; i++)
+        fprintf(err, "%s'%s'", i ? ", " : "", deck->c.prep.train_on[i]);
+      fprintf(err,
+              " trains no token: no turn of the %lld train documents has a role it names, so the loss mask would be 0 "
+              "everywhere\nhint: name roles of the records' '%s' turns (e.g. 'assistant'); nothing was written\n",
+              (long long)tot[ST_docs_train], deck->c.prep.messages_field);
+    }
+    fm__idle_barrier(world);
+    fm__prep_remove_work(&p, nW);
+    rc = FM_EDATA;
+  }
   bool want_valid = p.valid_fraction > 0 || tot[ST_docs_valid] > 0;
   for (int i = 0; i < p.nin; i++) want_valid |= p.in[i].valid;
   for (int s = 0; s < (want_valid ? 2 : 1) && !rc; s++) rc = fm__prep_write_split(&p, s, nW, sum, tot, &nsh[s]);

@@ -68,10 +68,22 @@ int fm__prep_configure(Prep *p, FILE *err) {
     if (err) fprintf(err, "hint: train_on = 'assistant' (roles) or 'response' (sections)\n");
     rc = FM_EDECK;
   }
-  for (int i = 0; i < p->nsec; i++)
-    for (int k = 0; k < d->c.prep.train_on_n; k++)
+  for (int k = 0; k < d->c.prep.train_on_n; k++) {
+    bool named = false;
+    for (int i = 0; i < p->nsec; i++)
       if (!strcmp(d->c.prep.train_on[k], p->sec[i].field) || !strcmp(d->c.prep.train_on[k], p->sec[i].role))
-        p->sec[i].train = true;
+        p->sec[i].train = named = true;
+    if (!named && p->nsec > 0 && nonempty(d->c.prep.train_on[k])) { /* sections: every role is known here */
+      fm_deck_error(d, err, FM_KEY_prep_train_on, "'%s' is none of the sections' fields or roles",
+                    d->c.prep.train_on[k]);
+      if (err) {
+        fprintf(err, "hint: sections are");
+        for (int i = 0; i < p->nsec; i++) fprintf(err, " '%s' (role '%s')", p->sec[i].field, p->sec[i].role);
+        fprintf(err, "\n");
+      }
+      rc = FM_EDECK;
+    }
+  }
   if (fm_template_from_deck(&p->tmpl, d, err)) rc = FM_EDECK;
   return rc;
 }

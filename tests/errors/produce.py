@@ -363,6 +363,20 @@ DATA = [
     ("sft_unknown_role", [prep("p15.in", jsonl("s4.jsonl", ['{"messages": [{"role": "bot", "content": "a longer piece of content, past min_chars"}, '
                                                              '{"role": "assistant", "content": "a longer piece of content, past min_chars"}]}\n']), DECK_TMPL)], 1,
      ["s4.jsonl:1: role 'bot' is not in the deck template's role_names"]),
+    # train_on matching no turn of the data (a misspelt role): the store's loss mask was 0 everywhere, and training
+    # on it ran at loss 0.000000 without a word; with sections every role is known from the deck
+    ("sft_train_on_matches_nothing", [prep("p18.in", jsonl("s6.jsonl", ['{"messages": [{"role": "user", "content": '
+                                                                        '"a longer piece of content, past min_chars"}, '
+                                                                        '{"role": "assistant", "content": "a longer '
+                                                                        'piece of content, past min_chars"}]}\n']),
+                                           "mode='sft' train_on='asistant' chat_template='chatml'")], 1,
+     ["prep: &prep train_on = 'asistant' trains no token: no turn of the 1 train documents has a role it names, so the "
+      "loss mask would be 0 everywhere",
+      "hint: name roles of the records' 'messages' turns (e.g. 'assistant'); nothing was written"]),
+    ("sft_train_on_no_section", [prep("p19.in", jsonl("s7.jsonl", ['{"prompt": "a", "response": "b"}\n']),
+                                      "mode='sft' sections='prompt=user','response=assistant' train_on='reply'")], 2,
+     ["&prep train_on = 'reply': 'reply' is none of the sections' fields or roles",
+      "hint: sections are 'prompt' (role 'user') 'response' (role 'assistant')"]),
     # a role from the data is put into a built-in template's prefix, which is encoded with special tokens on: a
     # role holding one's text used to put a real <|endoftext|> into the document
     ("sft_role_special_token", [prep("p16.in", jsonl("s5.jsonl", ['{"messages": [{"role": "user<|endoftext|>", "content": '

@@ -320,6 +320,7 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
   for (int s = 0; s < (want_valid ? 2 : 1) && !rc; s++) rc = fm__prep_write_split(&p, s, nW, sum, tot, &nsh[s]);
   if (!rc) {
     fm__prep_report(&p, tot, nW, nsh, fm_now_s() - p.t0);
+    fm__prep_remove_stale(&p, nsh, want_valid);
     fm__idle_barrier(world);
     fm__prep_remove_work(&p, nW);
   }

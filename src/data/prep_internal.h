@@ -149,6 +149,7 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
 void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_t nsh[2], double secs);
 int fm__prep_prepare_dirs(Prep *p);
 void fm__prep_remove_work(const Prep *p, int64_t nW);
+void fm__prep_remove_stale(const Prep *p, const int64_t nsh[2], bool wrote_valid);
 void fm__prep_rowbuf_free(RowBuf *b);
 
 #endif

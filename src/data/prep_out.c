@@ -8,6 +8,7 @@
  * (path, size, mtime, inode) that committed windows must share). */
 #include "prep_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -652,6 +653,70 @@ int fm__prep_prepare_dirs(Prep *p) {
     free(fpath);
   }
   return agree(p->world, rc);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Rank 0, after a prep's manifests are in place: files an earlier prep left
+ * in the output directory that this store does not use (its shards past
+ * this one's count or of the other format, and valid.json when this prep
+ * made no validation split) are removed and listed. A stale valid.json
+ * was read by training as this store's validation split. Only names prep
+ * writes are touched: "train_NNNNN.h5", "train_NNNNN.<dataset>.bin",
+ * likewise valid_, and valid.json. */
+void fm__prep_remove_stale(const Prep *p, const int64_t nsh[2], bool wrote_valid) {
+  if (p->rank != 0) return;
+  const bool is_h5 = p->deck->c.choice[FM_KEY_prep_format] == FM_PREP_FORMAT_H5;
+  DIR *d = opendir(p->out);
+  char **names = NULL;
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    const char *name = e->d_name;
+    int s = !strncmp(name, "train_", 6) ? 0 : !strncmp(name, "valid_", 6) ? 1 : -1;
+    bool stale = s == 1 && !wrote_valid;
+    if (s < 0) {
+      if (wrote_valid || strcmp(name, "valid.json") != 0) continue;
+      stale = true;
+    } else {
+      char *end;
+      const char *digits = name + 6;
+      if (*digits < '0' || *digits > '9') continue;
+      long long j = strtoll(digits, &end, 10);
+      if (end - digits < 5) continue;
+      bool h5 = !strcmp(end, ".h5"), bin = false;
+      for (int k = 0; k < FM_SHARD_NDSETS && !h5 && !bin; k++) {
+        const size_t l = strlen(fm__shard_dsets[k]);
+        bin = end[0] == '.' && !strncmp(end + 1, fm__shard_dsets[k], l) && !strcmp(end + 1 + l, ".bin");
+      }
+      if (!h5 && !bin) continue;
+      stale = stale || j >= nsh[s] || h5 != is_h5;
+    }
+    if (!stale) continue;
+    names = fm_xrealloc(names, sizeof *names * (size_t)(n + 1));
+    names[n++] = fm_xstrdup(name);
+  }
+  if (d) closedir(d);
+  if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
+  FmStr gone;
+  fm_str_init(&gone);
+  int removed = 0;
+  for (int i = 0; i < n; i++) {
+    char *path = fm_xmalloc(strlen(p->out) + strlen(names[i]) + 2);
+    sprintf(path, "%s/%s", p->out, names[i]);
+    if (unlink(path) == 0) {
+      if (removed < 8) fm_str_printf(&gone, "%s%s", removed ? ", " : "", names[i]);
+      removed++;
+    } else {
+      fm_warn0("prep: %s is left from an earlier prep and could not be removed: %s", path, strerror(errno));
+    }
+    free(path);
+    free(names[i]);
+  }
+  free(names);
+  if (removed && p->log)
+    fprintf(p->log, "prep: removed %d file%s an earlier prep left in %s that this store does not use: %s%s\n",
+            removed, removed == 1 ? "" : "s", p->out, gone.s, removed > 8 ? ", ..." : "");
+  fm_str_free(&gone);
 }
 
 void fm__prep_remove_work(const Prep *p, int64_t nW) {

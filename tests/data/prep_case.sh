@@ -49,6 +49,20 @@ simple|bfd|bfd_split)  # conservation and padding fraction of one packing, 2 ran
   run 2 p "$LD" "$SMALL" "prep%packing='$case_'" "prep%position_ids='$pos'" prep%window_docs=64 prep%valid_fraction=0
   $CHECK --manifest "$WORK/p/out/train.json" --inputs "$FX/linuxdoc_small.jsonl"
   ;;
+rerun)  # a second prep into the same output (fewer shards, the other format, no valid split) leaves exactly the
+        # files of a fresh run: an earlier prep's shards and valid.json used to stay (training read the old valid.json)
+  first=("$LD" "$SMALL" prep%window_docs=64 prep%shard_tokens=150000 prep%valid_fraction=0.05)
+  second=("$LD" "$SMALL" prep%window_docs=64 prep%shard_tokens=600000 prep%valid_fraction=0 "prep%format='bin'")
+  run 2 a "${first[@]}" | grep -E '^(train|valid) '
+  ls "$WORK/a/out" | grep -q '^valid.json$' && ls "$WORK/a/out" | grep -q '^train_00002.h5$' ||
+    { echo "FAIL: the first prep made no valid.json or fewer than 3 train shards"; ls "$WORK/a/out"; exit 1; }
+  run 2 a "${second[@]}" > /dev/null
+  grep "prep: removed [0-9]* files an earlier prep left in out that this store does not use: train_00000.h5, " \
+    "$WORK/a/log.txt" || { echo "FAIL: no removal line"; tail "$WORK/a/log.txt"; exit 1; }
+  run 2 b "${second[@]}" > /dev/null
+  same a b
+  $CHECK --manifest "$WORK/a/out/train.json" --inputs "$FX/linuxdoc_small.jsonl"
+  ;;
 resume)  # stopped after 2 rounds at 2 ranks, resumed at 3: the bytes of an uninterrupted run
   args=("$LD" "$SMALL" prep%window_docs=23 prep%shard_tokens=150000)
   run 1 ref "${args[@]}" > /dev/null

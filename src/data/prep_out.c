@@ -616,8 +616,22 @@ static void fingerprint(const Prep *p, char hex[65]) {
   fm_str_free(&b);
 }
 
+/* Whether dir holds a committed window file (win_*.bin). */
+static bool has_windows(const char *dir) {
+  DIR *d = opendir(dir);
+  bool any = false;
+  for (struct dirent *e; d && !any && (e = readdir(d));) {
+    const size_t n = strlen(e->d_name);
+    any = !strncmp(e->d_name, "win_", 4) && n > 8 && !strcmp(e->d_name + n - 4, ".bin");
+  }
+  if (d) closedir(d);
+  return any;
+}
+
 /* Rank 0 prepares the output and work directories and checks that committed
- * windows there come from the same prep. */
+ * windows there come from the same prep (a work directory without any, as a
+ * prep stopped by a bad record in its first window leaves, is started over:
+ * its fingerprint alone would refuse the deck the error's hint suggests). */
 int fm__prep_prepare_dirs(Prep *p) {
   int rc = 0;
   p->out = fm_xstrdup(p->deck->c.prep.output);
@@ -632,6 +646,10 @@ int fm__prep_prepare_dirs(Prep *p) {
       rc = FM_EIO;
     } else {
       FILE *f = fopen(fpath, "r");
+      if (f && !has_windows(p->work)) { /* an earlier prep stopped before its first window: nothing to keep */
+        fclose(f);
+        f = NULL;
+      }
       if (f) {
         if (!fgets(old, sizeof old, f)) old[0] = 0;
         fclose(f);

@@ -239,8 +239,8 @@ SFT = "mode='sft' sections='prompt=user','response=assistant' train_on='assistan
 DECK_TMPL = "mode='sft' train_on='assistant' chat_template='deck' role_names='user','assistant' role_prefix='U','A' role_suffix='',''"
 
 
-def prep(name, inputs, extra=""):
-    return deck(name, f"&run task='prep' /\n&prep inputs='{inputs}' tokenizer='{TOK}' output='{tmp}/out_{name}' "
+def prep(name, inputs, extra="", out=None):
+    return deck(name, f"&run task='prep' /\n&prep inputs='{inputs}' tokenizer='{TOK}' output='{tmp}/out_{out or name}' "
                       f"seq_len=16 {extra} /\n")
 
 
@@ -326,7 +326,9 @@ TOKENIZER = [
 DATA = [
     ("prep_bad_json", [prep("p1.in", BAD2)], 1,
      ["bad2.jsonl:2: column 10: malformed JSON: bad number", HINT_BAD]),
-    ("prep_skip_bad_json", [prep("p1b.in", BAD2, "on_bad_record='skip'")], 0,
+    # in the output the error above left (a work directory with a fingerprint and no window): its hint is taken
+    # (it used to fail as 'committed windows of a different prep')
+    ("prep_skip_bad_json", [prep("p1b.in", BAD2, "on_bad_record='skip'", out="p1.in")], 0,
      ["bad2.jsonl:2: skipped: column 10: malformed JSON: bad number"]),
     ("prep_empty_train_split", [prep("p0.in", jsonl("a0.jsonl", ['{"text": "short"}\n']))], 0,
      ["prep: the train split holds no document: 1 records read, 1 shorter than min_chars = 50, 0 longer than "

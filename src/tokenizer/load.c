@@ -403,6 +403,7 @@ static int64_t b64decode(const char *s, size_t n, char *out) {
  * are tiktoken_ext/openai_public.py's, chosen by the file's name. */
 typedef struct TiktokenSpec {
   const char *name;
+  int32_t ranks; /* lines of the published file (tiktoken's explicit_n_vocab less the specials) */
   const char *pattern;
   struct {
     const char *text;
@@ -410,16 +411,17 @@ typedef struct TiktokenSpec {
   } special[8];
 } TiktokenSpec;
 static const TiktokenSpec tiktoken_specs[] = {
-    {"r50k_base", FM_TOK_PATTERN_GPT2, {{"<|endoftext|>", 50256}}},
-    {"p50k_base", FM_TOK_PATTERN_GPT2, {{"<|endoftext|>", 50256}}},
+    {"r50k_base", 50256, FM_TOK_PATTERN_GPT2, {{"<|endoftext|>", 50256}}},
+    {"p50k_base", 50280, FM_TOK_PATTERN_GPT2, {{"<|endoftext|>", 50256}}},
     {"cl100k_base",
+     100256,
      FM_TOK_PATTERN_CL100K,
      {{"<|endoftext|>", 100257},
       {"<|fim_prefix|>", 100258},
       {"<|fim_middle|>", 100259},
       {"<|fim_suffix|>", 100260},
       {"<|endofprompt|>", 100276}}},
-    {"o200k_base", FM_TOK_PATTERN_O200K, {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
+    {"o200k_base", 199998, FM_TOK_PATTERN_O200K, {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}}},
 };
 
 static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, size_t len, FILE *err) {
@@ -484,6 +486,14 @@ static int load_tiktoken(FmTokenizer **out, const char *path, const char *text, 
           spec->name, s);
       rc = FM_EFORMAT;
     }
+  }
+  /* a file cut short at a line's end (an interrupted copy) parses: its rank count is what shows it; with fewer
+   * ranks every text past them would encode to other ids than the encoding's */
+  if (!rc && filled != spec->ranks && !getenv("FMHPC_TOK_TEST_ANY_RANK_COUNT")) { /* the fuzzer's small files */
+    fm_say(err, "copy the file again, or name it after the encoding it holds",
+        "%s: %lld ranks, but %s has %d (the file is cut short, or holds another encoding)", path, (long long)filled,
+        spec->name, spec->ranks);
+    rc = FM_EFORMAT;
   }
   if (!rc) {
     fm__tok_set_pattern(t, spec->pattern);

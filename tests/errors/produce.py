@@ -307,6 +307,10 @@ TOKENIZER = [
      ["r50k_base_2.tiktoken line 257: rank 5 appears twice"]),
     ("tiktoken_rank_far", ["--encode", raw("r50k_base_3.tiktoken", "".join(BYTES) + f"{b64(b'ab')} 900000000\n")], 1,
      ["r50k_base_3.tiktoken: line 257: rank 900000000 is beyond the 257 tokens the file defines (at most 1280 here)"]),
+    # a file cut short at a line's end (an interrupted copy) parsed, and encoded text past its ranks to other ids
+    ("tiktoken_cut_short", ["--encode", raw("cut_cl100k_base.tiktoken", "".join(R50K_FULL[:-1]))], 1,
+     ["cut_cl100k_base.tiktoken: 50256 ranks, but cl100k_base has 100256 (the file is cut short, or holds another "
+      "encoding)", "hint: copy the file again, or name it after the encoding it holds"]),
     ("tiktoken_special_taken", ["--encode", raw("r50k_base_4.tiktoken", "".join(R50K_FULL))], 1,
      ["r50k_base_4.tiktoken: rank 50256 is a token of the file, but r50k_base needs it for <|endoftext|>"]),
     ("tokenizer_unreadable", ["--encode", "/proc/self/mem"], 1, ["/proc/self/mem: cannot read: Input/output error"]),

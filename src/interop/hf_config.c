@@ -180,6 +180,34 @@ int fm__hf_read_json_file(const char *path, char **text, size_t *len) {
   return fm_read_file(path, text, len);
 }
 
+/* A key twice in one object of config.json: Python's json (so transformers)
+ * keeps the last value, fm_json_get the first; the two would build
+ * different models from one file. The first such key, or NULL. */
+typedef struct KeyRef {
+  const char *s;
+  size_t n;
+} KeyRef;
+static int cmp_key(const void *a, const void *b) {
+  const KeyRef *x = a, *y = b;
+  if (x->n != y->n) return x->n < y->n ? -1 : 1;
+  return memcmp(x->s, y->s, x->n);
+}
+static const KeyRef *twice(const FmJson *v, KeyRef *scratch, KeyRef *found) {
+  if (v->type == FM_JSON_OBJ && v->n > 1) {
+    for (int64_t i = 0; i < v->n; i++) scratch[i] = (KeyRef){v->keys[i], v->keylens[i]};
+    qsort(scratch, (size_t)v->n, sizeof *scratch, cmp_key);
+    for (int64_t i = 1; i < v->n; i++)
+      if (!cmp_key(&scratch[i - 1], &scratch[i])) {
+        *found = scratch[i];
+        return found;
+      }
+  }
+  if (v->type == FM_JSON_OBJ || v->type == FM_JSON_ARR)
+    for (int64_t i = 0; i < v->n; i++)
+      if (twice(&v->items[i], scratch, found)) return found;
+  return NULL;
+}
+
 int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims *d, FILE *err) {
   struct stat st;
   if (stat(path, &st) != 0) {
@@ -203,6 +231,20 @@ int fm_hf_config_check(const char *path, const FmModelKind *k, const FmModelDims
   memset(&je, 0, sizeof je);
   if (fm_json_parse(&doc, text, len, 64, &je) != 0) {
     if (err) fprintf(err, "%s:%d:%d: %s\n", path, je.line, je.col, je.msg);
+    free(text);
+    return FM_EFORMAT;
+  }
+  KeyRef *scratch = fm_xmalloc((len / 4 + 1) * sizeof *scratch), dup; /* a member takes at least 4 bytes: "":0 */
+  const bool dups = twice(&doc.root, scratch, &dup) != NULL;
+  free(scratch);
+  if (dups) {
+    if (err) {
+      fprintf(err, "%s: key ", path);
+      fm_json_write_str(err, dup.s, dup.n < 60 ? dup.n : 60);
+      fprintf(err, " appears twice in one object (transformers keeps the last value; which one is meant?)\n"
+                   "hint: keep one of them\n");
+    }
+    fm_json_free(&doc);
     free(text);
     return FM_EFORMAT;
   }

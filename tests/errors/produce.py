@@ -596,6 +596,11 @@ def interop_cases():
          ["c3/config.json: \"tie_word_embeddings\" must be true or false, not a JSON number"]),
         ("config_string", [generate("c4.in", hf_dir("c4", config=config_set("hidden_act", 1)))], 2,
          ["c4/config.json: \"hidden_act\" must be a string, not a JSON number"]),
+        # a key twice: transformers keeps the last value, fmhpc read the first (two models from one file)
+        ("config_key_twice", [generate("c20.in", hf_dir("c20", raw_config=json.dumps(json.load(open(os.path.join(
+            fx, "run", "final", "config.json"))))[:-1] + ', "hidden_size": 32}'))], 1,
+         ["c20/config.json: key \"hidden_size\" appears twice in one object (transformers keeps the last value; which one "
+          "is meant?)", "hint: keep one of them"]),
         ("config_not_object", [generate("c5.in", hf_dir("c5", raw_config="[1]"))], 2, ["c5/config.json: not a JSON object", HINT_CFG]),
         ("config_bad_json", [generate("c6.in", hf_dir("c6", raw_config="{\"a\": 01}"))], 1, ["c6/config.json:1:7: leading zero in number"]),
         ("config_no_model_type", [generate("c7.in", hf_dir("c7", config=lambda c: c.pop("model_type")))], 2,

@@ -5,6 +5,8 @@
  * and HF Llama's q_proj ... down_proj are nn.Linear, so they map as they are;
  * HF's q/k rows are already in the rotate_half order (pairs i, i + HS/2) that
  * fmhpc's RoPE uses, so no permutation is needed. */
+#include <string.h>
+
 #include "hf_internal.h"
 
 static const FmHfMapEntry llama_map[] = {
@@ -40,6 +42,31 @@ static void write_llama(FILE *o, const FmModelDims *d) {
           d->tied ? "true" : "false", (long long)d->V);
 }
 
+/* RoPE: plain only. transformers writes it as "rope_scaling": null or
+ * {"rope_type": "default"} ("type" before 4.45), and since v5 as
+ * "rope_parameters": {"rope_type": "default", "rope_theta": ...}, where
+ * rope_theta may no longer be a top-level key. */
+static void check_rope(FmHfCheck *c, const FmModelDims *d) {
+  const char *key = fm__hf_get(c, "rope_parameters") ? "rope_parameters" : "rope_scaling";
+  const FmJson *r = fm__hf_get(c, key), *type = NULL;
+  if (r && r->type == FM_JSON_OBJ) {
+    type = fm_json_get(r, "rope_type");
+    if (!type) type = fm_json_get(r, "type");
+  }
+  if (r && (!type || type->type != FM_JSON_STR || strcmp(type->s, "default") != 0)) {
+    fm__hf_problem(c,
+                   "\"%s\" asks for %s%.40s%s: fmhpc implements plain RoPE only (null, or rope_type \"default\"), e.g. "
+                   "Llama 2 and 3, not 3.1's scaled RoPE",
+                   key, type && type->type == FM_JSON_STR ? "rope_type \"" : "a RoPE without a rope_type",
+                   type && type->type == FM_JSON_STR ? type->s : "", type && type->type == FM_JSON_STR ? "\"" : "");
+    return;
+  }
+  const FmJson *root = c->root;
+  if (r && fm_json_get(r, "rope_theta") && !fm__hf_get(c, "rope_theta")) c->root = r; /* v5: theta inside */
+  fm__hf_check_real(c, "rope_theta", 10000.0, "rope_theta", d->rope_theta);
+  c->root = root;
+}
+
 static void check_llama(FmHfCheck *c, const FmModelDims *d) {
   static const char *const silu[] = {"silu", NULL};
   static const FmHfRange sizes[] = {
@@ -63,7 +90,7 @@ static void check_llama(FmHfCheck *c, const FmModelDims *d) {
     fm__hf_check_int(c, "head_dim", NH > 0 ? C / NH : 0, "head_dim", d->HS);
   fm__hf_check_int(c, "vocab_size", 32000, "vocab_size", d->V);
   fm__hf_check_real(c, "rms_norm_eps", 1e-6, "norm_eps", d->norm_eps);
-  fm__hf_check_real(c, "rope_theta", 10000.0, "rope_theta", d->rope_theta);
+  check_rope(c, d);
   fm__hf_check_bool(c, "tie_word_embeddings", false, "tie_embeddings", d->tied);
   fm__hf_check_fixed_bool(c, "attention_bias", false, false, "fmhpc's Llama has no attention biases");
   fm__hf_check_fixed_bool(c, "mlp_bias", false, false, "fmhpc's Llama has no MLP biases");
@@ -75,10 +102,6 @@ static void check_llama(FmHfCheck *c, const FmModelDims *d) {
                    (long long)mp->i, (long long)d->T);
     fm_str_printf(&c->fix, " seq_len = %lld", (long long)mp->i);
   }
-  if (fm__hf_get(c, "rope_scaling"))
-    fm__hf_problem(c,
-                   "\"rope_scaling\" is set: fmhpc implements plain RoPE only (rope_scaling null), e.g. Llama 2 and 3, "
-                   "not 3.1's scaled RoPE");
 }
 
 const FmHfKind fm_hf_llama = {"llama",         "model.",   "model.layers.",

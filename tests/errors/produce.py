@@ -613,8 +613,15 @@ def interop_cases():
         ("config_positions_type", [generate("c10.in", hf_dir("c10", config=config_set("max_position_embeddings", "x")))], 2,
          ["c10/config.json: \"max_position_embeddings\" must be an integer"]),
         ("config_rope_scaling", [generate("c11.in", hf_dir("c11", config=config_set("rope_scaling", {"type": "llama3"})))], 2,
-         ["c11/config.json: \"rope_scaling\" is set: fmhpc implements plain RoPE only (rope_scaling null), e.g. Llama 2 "
-          "and 3, not 3.1's scaled RoPE"]),
+         ["c11/config.json: \"rope_scaling\" asks for rope_type \"llama3\": fmhpc implements plain RoPE only (null, or "
+          "rope_type \"default\"), e.g. Llama 2 and 3, not 3.1's scaled RoPE"]),
+        # transformers' spellings of plain RoPE load: {"rope_type": "default"}, and v5's rope_parameters with the
+        # theta inside (the trained fixture's is 10000, as the deck's)
+        ("config_rope_default", [generate("c21.in", hf_dir("c21", config=config_set("rope_scaling", {"rope_type": "default"})))],
+         0, ["generate: 1 prompts, batches of 1"]),
+        ("config_rope_parameters", [generate("c22.in", hf_dir("c22", config=lambda c: (c.pop("rope_theta"), c.pop("rope_scaling"),
+            c.__setitem__("rope_parameters", {"rope_type": "default", "rope_theta": 500000.0}))))], 2,
+         ["c22/config.json: \"rope_theta\" = 500000 but the deck's &model rope_theta = 10000"]),
         ("config_differs", [generate("c12.in", hf_dir("c12", config=config_set("hidden_size", 32)))], 2,
          ["c12/config.json: \"hidden_size\" = 32 but the deck's &model d_model gives 16",
           "hint: to match this model, set in the deck: &model d_model = 32 /"]),

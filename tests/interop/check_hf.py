@@ -292,7 +292,7 @@ def main():
                                 "hint: to match this model, set in the deck: &model d_model = 32 /"],
             config_extra={"hidden_size": 32}),
         "import_rope_scaling_unsupported": lambda: case_import_error(
-            tool, work, LLAMA, ['"rope_scaling" is set'], config_extra={"rope_scaling": {"rope_type": "llama3"}}),
+            tool, work, LLAMA, ['"rope_scaling" asks for rope_type "llama3"'], config_extra={"rope_scaling": {"rope_type": "llama3"}}),
         "import_integer_weight": lambda: case_import_error(
             tool, work, LLAMA, ['tensor "model.norm.weight": dtype I32 is not a floating-point type'],
             corrupt=retype_weight),

@@ -152,6 +152,17 @@ static int read_decks(Args *a, FmComm *world) {
 }
 
 static int run_check(const FmDeck *deck, const Args *a, FmComm *world, FILE *out) {
+  const char *task = deck->c.run.task;
+  if (a->check && strcmp(task, "train") != 0 && strcmp(task, "check") != 0) {
+    /* the plan is a training step's (memory per rank, bytes per step): printed for another task, it would describe a
+     * default model that task never builds */
+    if (world->rank == 0)
+      fprintf(out,
+              "check      the deck is valid for task '%s' (its files are read when it runs); the plan (memory per rank, "
+              "bytes per step) is for task = 'train'\n",
+              task);
+    return 0;
+  }
   FmPlan plan;
   int nranks = a->ranks ? a->ranks : world->size;
   int rc = fm_plan_make(&plan, deck, nranks, world->rank == 0 ? stderr : NULL);

@@ -42,6 +42,9 @@ fm_cli_test(check_gpt2_small RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2
 foreach(deck gpt2_nano llama_nano)
   fm_cli_test(check_${deck} RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/${deck}.in MATCH "== plan for 1 rank")
 endforeach()
+# --check of another task's deck: no training plan of a default model it never builds (it printed one)
+fm_cli_test(check_prep_deck RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/prep_sft.in
+            MATCH "the deck is valid for task 'prep' \\(its files are read when it runs\\); the plan")
 # Training builds the dp x tp mesh: a tp that does not divide the ranks is refused before any work
 # (tp > 1 training itself: regression.tp_*).
 fm_cli_test(train_tp_world RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_nano.in parallel%tp=2

@@ -118,6 +118,18 @@ static int parse_args(Args *a, int argc, char **argv, FILE *err) {
     if (err) fprintf(err, "fmhpc: --ranks only makes sense with --check\n");
     return FM_EINVAL;
   }
+  /* a mode of its own reads no deck: a deck or override given to it would be dropped without a word */
+  const char *mode = a->encode ? "--encode" : a->decode ? "--decode" : a->verify ? "--verify" : a->plot ? "--plot" : NULL;
+  const int modes = !!a->encode + !!a->decode + !!a->verify + !!a->plot;
+  if (mode && (modes > 1 || a->nsrc || a->check)) {
+    const char *extra = modes > 1                ? "other of --encode, --decode, --verify, --plot"
+                        : a->check               ? "--check"
+                        : a->src[0].is_override ? "override (group%key=value)"
+                                                 : "deck";
+    if (err) fprintf(err, "fmhpc: %s runs on its own: it takes no %s\nhint: fmhpc --help shows each option's arguments\n",
+                     mode, extra);
+    return FM_EINVAL;
+  }
   return 0;
 }
 

@@ -48,6 +48,11 @@ CLI = [
     ("plot_no_dir", ["--plot"], 2, ["fmhpc: --plot needs a run directory (&run out_dir)"]),
     ("ranks_not_a_count", ["--ranks", "x"], 2, ["fmhpc: --ranks needs a positive rank count"]),
     ("ranks_without_check", ["--ranks", "4", L], 2, ["fmhpc: --ranks only makes sense with --check"]),
+    # a mode of its own given a deck, or another mode: refused (the deck was dropped without a word)
+    ("mode_with_deck", ["--verify", L, L], 2,
+     ["fmhpc: --verify runs on its own: it takes no deck", "hint: fmhpc --help shows each option's arguments"]),
+    ("mode_with_mode", ["--verify", L, "--plot", tmp], 2,
+     ["fmhpc: --verify runs on its own: it takes no other of --encode, --decode, --verify, --plot"]),
     ("unknown_option", ["--bogus"], 2, ["fmhpc: unknown option '--bogus'", "hint: fmhpc --help lists the options"]),
     ("deck_missing", [os.path.join(tmp, "nonexist.in")], 2,
      ["fmhpc: cannot read deck '" + os.path.join(tmp, "nonexist.in") + "': No such file or directory",

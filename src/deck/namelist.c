@@ -31,6 +31,7 @@ typedef struct Parser {
   bool skip;       /* the visitor rejected the current group */
   FmNlValue *vals; /* the current assignment's values */
   int nvals, cap;
+  int64_t text; /* bytes of their strings */
 } Parser;
 
 static int col_of(const Parser *P) { return (int)(P->p - P->line_start) + 1; }
@@ -251,6 +252,7 @@ static void free_value(FmNlValue *v) {
 static void clear_values(Parser *P) {
   for (int i = 0; i < P->nvals; i++) free_value(&P->vals[i]);
   P->nvals = 0;
+  P->text = 0;
 }
 
 /* Appends `count` copies of v; each copy owns its own string. */
@@ -299,6 +301,14 @@ static int parse_item(Parser *P) {
     free_value(&v);
     return fail_at(P, v.line, v.col, "too many values (at most %d)", FM_NL_MAX_VALUES);
   }
+  /* a repeat copies its string: 65536 copies of a 20 kB string took 1.3 GB and seconds before any check */
+  const int64_t bytes = v.s && (v.kind == FM_NL_STR || v.kind == FM_NL_WORD) ? (int64_t)strlen(v.s) + 1 : 0;
+  if (bytes * count > FM_NL_MAX_TEXT - P->text) {
+    free_value(&v);
+    return fail_at(P, v.line, v.col, "the values hold more than %d MiB of text (repeats expanded)",
+                   FM_NL_MAX_TEXT >> 20);
+  }
+  P->text += bytes * count;
   push_value(P, &v, count);
   return 0;
 }

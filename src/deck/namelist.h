@@ -18,6 +18,7 @@
 enum {
   FM_NL_NAME_MAX = 64,      /* group and key names, NUL included */
   FM_NL_MAX_VALUES = 65536, /* values in one assignment, repeats expanded */
+  FM_NL_MAX_TEXT = 16 << 20, /* bytes of the strings of one assignment, repeats expanded */
 };
 
 typedef enum {

@@ -389,7 +389,22 @@ static const char *type_expect(FmKeyType t) {
 }
 
 /* The value as written, NUL-terminated, for messages. */
-static void value_text(char *buf, size_t n, const FmNlValue *v) { snprintf(buf, n, "%.*s", v->len, v->text); }
+/* The value as written, control characters shown as '?' (a message must not
+ * replay an escape sequence to the terminal). */
+static void value_text(char *buf, size_t n, const FmNlValue *v) {
+  snprintf(buf, n, "%.*s", v->len, v->text);
+  for (char *c = buf; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+}
+
+/* The first control character of a string (a tab is text), or -1. Every
+ * string of a deck is a name, a path, a pattern or text that ends up in a log
+ * line, a file name or an HDF5 attribute; none takes an escape sequence. */
+static int control_at(const char *s) {
+  for (int i = 0; s && s[i]; i++)
+    if (((unsigned char)s[i] < 0x20 && s[i] != '\t') || s[i] == 0x7f) return i;
+  return -1;
+}
 
 /* Literal kind -> key type: INT takes integers only (7.5 is not a layer
  * count), REAL takes integers and reals, BOOL logicals, STR quoted strings. */
@@ -541,10 +556,17 @@ static bool convert_all(Binder *B, int k, const FmNlAssign *a, int first, Scalar
       snprintf(label, sizeof label, "%s", a->key);
     value_text(text, sizeof text, v);
     bool ok = convert(ki->type, v, &out[i], hint, sizeof hint);
-    if (!ok)
+    const int ctl = ok && ki->type == FM_TYPE_STR ? control_at(out[i].s) : -1;
+    if (!ok) {
       snprintf(why, sizeof why, "expected %s, got %s", type_expect(ki->type), kind_name(v->kind));
-    else
+    } else if (ctl >= 0) {
+      snprintf(why, sizeof why, "the string holds control character 0x%02x at byte %d", (unsigned char)out[i].s[ctl],
+               ctl + 1);
+      snprintf(hint, sizeof hint, "keys that take a newline or tab read the escapes \\n and \\t (role_prefix, ...)");
+      ok = false;
+    } else {
       ok = check_range(ki, &out[i], why, sizeof why, hint, sizeof hint);
+    }
     if (ok) continue;
     report(B, v->line, v->col, a->group, label, text, hint, "%s", why);
     return false;

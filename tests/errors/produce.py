@@ -91,6 +91,10 @@ CLI = [
     # a repeat copies its string: 65536 copies of a 20 kB one took 1.3 GB and seconds before the count check
     ("repeat_text_too_large", ["--check", deck("d2b.in", "&prep inputs = 65536*'" + "x" * 300 + "' /\n")], 2,
      [":1:16: &prep inputs: the values hold more than 16 MiB of text (repeats expanded)"]),
+    # a control character in a string (here an ANSI escape in the run name, replayed by every log line and message)
+    ("string_control_char", ["--check", deck("d2c.in", "&run name = 'a\x1b[31mred' /\n")], 2,
+     [":1:13: &run name = 'a?[31mred': the string holds control character 0x1b at byte 2",
+      "hint: keys that take a newline or tab read the escapes \\n and \\t (role_prefix, ...)"]),
     ("null_value", ["--check", deck("d3.in", "&prep inputs = 2* /\n")], 2,
      [":1:16: &prep inputs: expected a value right after '2*' (null values are not supported; write e.g. 4*0.0)"]),
     ("too_many_values", ["--check", deck("d4.in", "&prep inputs = " + ", ".join(["'a'"] * 100) + " /\n")], 2,

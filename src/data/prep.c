@@ -73,10 +73,16 @@ static int do_window(Prep *p, int64_t w) {
         fm_err("%s:%lld: skipped: %s", p->in[r->in].path, (long long)r->lineno, bad.why);
       continue;
     }
-    if (rc) {
+    if (rc == FM_EDATA) {
       fm_err("%s:%lld: %s\nhint: fix the record, or set &prep on_bad_record = 'skip' to count and skip bad records",
-             p->in[r->in].path, (long long)r->lineno, bad.why[0] ? bad.why : fm_strerror(rc));
-      return rc == FM_EDATA ? FM_EDATA : rc;
+             p->in[r->in].path, (long long)r->lineno, bad.why);
+      return rc;
+    }
+    if (rc) { /* the tokenizer's failure (said above), not the record's: skipping records would not help */
+      fm_err("%s:%lld: %s\nhint: the tokenizer failed on this record's text (see above): check &prep tokenizer = '%s' "
+             "(a pre-tokenizer regex that backtracks too much, e.g. nested quantifiers, fails on long runs)",
+             p->in[r->in].path, (long long)r->lineno, bad.why[0] ? bad.why : fm_strerror(rc), p->deck->c.prep.tokenizer);
+      return rc;
     }
   }
   p->stat[ST_records] = p->nrec;

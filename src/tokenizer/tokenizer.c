@@ -214,7 +214,7 @@ static int encode_valid(const FmTokenizer *t, FmTokCache *c, const char *s, size
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      fm_err("tokenizer: pre-tokenizer regex failed at byte %zu: %s\n", from, (char *)msg);
+      fm_err("tokenizer: pre-tokenizer regex failed at byte %zu of a %zu-byte text: %s", from, n, (char *)msg);
       return FM_EINVAL;
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);

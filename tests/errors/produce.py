@@ -370,6 +370,17 @@ DATA = [
     ("prep_tokenizer_without_eos", [deck("p10.in", f"&run task='prep' /\n&prep inputs='{GOOD}' output='{tmp}/o10' "
                                                    f"tokenizer='{tok_json('noeos.json', lambda d: d.__setitem__('added_tokens', []))}' /\n")], 1,
      ["noeos.json: the tokenizer has no end-of-document token", "hint: add '<|endoftext|>' as a special token"]),
+    # a pre-tokenizer regex that backtracks past PCRE2's limit on a long run: the tokenizer's failure, named as such
+    # (the hint said to fix or skip the record, and skipping could not help)
+    ("prep_regex_limit", [deck("p20.in", f"&run task='prep' /\n&prep inputs='{jsonl('cat.jsonl', [json.dumps({'text': 'a' * 5000 + 'b'}) + chr(10)])}' "
+                                         f"output='{tmp}/o20' seq_len=16 min_chars=1 tokenizer='"
+                                         + tok_json("cat.json", lambda d: d.__setitem__("pre_tokenizer", {"type": "Sequence", "pretokenizers": [
+                                             {"type": "Split", "pattern": {"Regex": "(a|a)+$"}, "behavior": "Isolated", "invert": False},
+                                             {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]})) + "' /\n")], 1,
+     ["tokenizer: pre-tokenizer regex failed at byte 0 of a 5001-byte text: match limit exceeded",
+      "cat.jsonl:1: the tokenizer failed: invalid argument",
+      "hint: the tokenizer failed on this record's text (see above): check &prep tokenizer = '" + os.path.join(tmp, "cat.json")
+      + "' (a pre-tokenizer regex that backtracks too much, e.g. nested quantifiers, fails on long runs)"]),
     ("prep_output_unwritable", [deck("p17.in", f"&run task='prep' /\n&prep inputs='{GOOD}' tokenizer='{TOK}' output='/proc/nope' /\n")], 1,
      ["/proc/nope/.prep_work: cannot create: No such file or directory", "hint: &prep output must be a writable directory"]),
     ("sft_section_not_string", [prep("p12.in", jsonl("s1.jsonl", ['{"prompt": 5, "response": "b"}\n']), SFT)], 1,

@@ -219,7 +219,9 @@ static int encode_valid(const FmTokenizer *t, FmTokCache *c, const char *s, size
     }
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
     size_t ms = ov[0], me = ov[1];
-    if (me == ms) { /* an empty match isolates nothing: step one character */
+    if (me == ms) { /* an empty match is a boundary (as HF's Split: 'x?' cuts "ab" into "a", "b"); step a character */
+      encode_piece(t, c, s + gap, ms - gap, o);
+      gap = ms;
       from = ms + 1;
       while (from < n && ((uint8_t)s[from] & 0xC0) == 0x80) from++;
       continue;

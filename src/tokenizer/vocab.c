@@ -353,7 +353,9 @@ int fm__tok_finish(FmTokenizer *t, const char *src, FILE *err) {
     int ec;
     PCRE2_SIZE eoff;
     t->effective = fm__tok_spell_ws(t->pattern, t->ws);
-    t->re = pcre2_compile((PCRE2_SPTR)t->effective, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec, &eoff, NULL);
+    /* MULTILINE: ^ and $ at line boundaries, as in Oniguruma's Ruby syntax, which HF tokenizers compile with */
+    t->re = pcre2_compile((PCRE2_SPTR)t->effective, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE,
+                          &ec, &eoff, NULL);
     if (!t->re) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(ec, msg, sizeof msg);

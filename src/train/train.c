@@ -984,6 +984,14 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
     teardown(&r);
     return (int)start;
   }
+  if (start > 0 && start >= c->train.steps) { /* a finished job run again (a requeue, a rerun script) */
+    fm_log0(
+        "resume: %s is at step %lld, &train steps = %lld: nothing to train; %s/summary.json, final/ and "
+        "metrics.jsonl stay as the run that reached step %lld wrote them (raise &train steps to train further)",
+        loaded, (long long)start, (long long)c->train.steps, c->run.out_dir, (long long)start);
+    teardown(&r);
+    return 0;
+  }
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
   if (r.lead) rc = check_out_dir(c->run.out_dir, err);
   if (r.lead && !rc)
@@ -1034,7 +1042,9 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
       rc = save(&r, rec.step, err);
       last_save = fm_now_s();
     }
-    if (flags[0] && !rc) {
+    /* A signal at the last step ends the run as planned: a requeue would find nothing to train and the
+     * summary and final/ would never be written. */
+    if (flags[0] && !rc && rec.step < c->train.steps) {
       preempted = 1;
       break;
     }

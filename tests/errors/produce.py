@@ -1016,6 +1016,21 @@ def ckpt_cases():
          ["train_00000.h5: not an fmhpc checkpoint (no format = 'fmhpc-ckpt' attribute)",
           "hint: a model is an fmhpc checkpoint (step_N.h5) or an HF directory"]),
     ]
+    # a finished run run again (a requeue, a rerun script): nothing to train, and the finished run's summary,
+    # final/ and metrics stay as they were (a rerun once replaced summary.json with one of 0 steps and no loss)
+    done = run_copy("done")
+    before = {f: open(os.path.join(done, f), "rb").read()
+              for f in ("summary.json", "metrics.jsonl", os.path.join("final", "model.safetensors"))}
+    done_deck = deck("ck13.in", f"&run task='train' out_dir='{done}' /\n{MODEL}&data train='{data}' "
+                                f"valid='{fx}/store/valid.json' /\n&train steps=2 global_batch=2 micro_batch=1 /\n"
+                                "&optim warmup_steps=0 /\n&ckpt every=1 resume='auto' /\n&log plot=.false. /\n")
+    cases.append(("resume_nothing_to_train", [done_deck], 0,
+                  ["resume: " + os.path.join(done, "ckpt", "step_00000002.h5") + " is at step 2, &train steps = 2: "
+                   "nothing to train; " + done + "/summary.json, final/ and metrics.jsonl stay as the run that reached "
+                   "step 2 wrote them (raise &train steps to train further)"]))
+    AFTER.append(("resume_nothing_to_train",
+                  lambda: next((f + " changed" for f, b in before.items()
+                                if open(os.path.join(done, f), "rb").read() != b), None)))
     def h5ckpt(name, edit):
         dst = os.path.join(tmp, name)
         shutil.copyfile(step2, dst)

@@ -733,7 +733,10 @@ static void weights_hash(const float *w, int64_t n, char hex[65]) {
   fm_hex(d, 32, hex);
 }
 
-static void write_summary(Run *r, const FmStepRecord *last, double val, double secs, const char *hash) {
+/* final_ckpt: "written", "failed" (the run's exit status is not 0, but what
+ * it trained is in final/ and this summary) or "none" (&ckpt every = 0). */
+static void write_summary(Run *r, const FmStepRecord *last, double val, double secs, const char *hash,
+                          const char *final_ckpt) {
   char path[4096];
   snprintf(path, sizeof path, "%s/summary.json", r->c->run.out_dir);
   FILE *f = fopen(path, "w");
@@ -748,10 +751,10 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
   fprintf(f,
           ", \"task\": \"train\", \"steps\": %lld, \"final_loss\": %.9e, \"final_loss_hex\": \"%a\", "
           "\"val_loss\": %s, \"tokens\": %lld, \"seconds\": %.3f, \"skipped\": %lld, \"redone\": %lld, "
-          "\"dp\": %d, \"tp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld}\n",
+          "\"dp\": %d, \"tp\": %d, \"weights_sha256\": \"%s\", \"params\": %lld, \"final_checkpoint\": \"%s\"}\n",
           (long long)last->step, last->loss, last->loss, vbuf, (long long)last->step * r->B * r->T, secs,
           (long long)r->skipped, (long long)r->red.redone, r->dp->size, r->tp->size, hash,
-          (long long)fm_model_canon_params(r->model)->numel);
+          (long long)fm_model_canon_params(r->model)->numel, final_ckpt);
   fclose(f);
 }
 
@@ -1016,6 +1019,8 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   const double t0 = fm_now_s();
   double last_save = t0;
   int preempted = 0;
+  const char *final_ckpt = "none"; /* the last step's checkpoint: "written", "failed" (stated by fm_ckpt_write) */
+  int final_failed = 0;
   for (int64_t step = start; step < c->train.steps && !rc; step++) {
     rc = train_step(&r, step, &rec);
     if (rc == FM_EDATA) break; /* a bad batch: no step record */
@@ -1041,6 +1046,11 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
     if (every || flags[0] || flags[1]) {
       rc = save(&r, rec.step, err);
       last_save = fm_now_s();
+      if (rec.step == c->train.steps) { /* the training is done: a failure still leaves final/ and the summary */
+        final_ckpt = rc ? "failed" : "written";
+        final_failed = rc;
+        rc = 0;
+      }
     }
     /* A signal at the last step ends the run as planned: a requeue would find nothing to train and the
      * summary and final/ would never be written. */
@@ -1078,7 +1088,7 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
       fm_metrics_plot(r.metrics, log, 72, 16);
       if (!fm_metrics_plot_png(r.metrics, err)) fm_log0("wrote %s/loss.png", c->run.out_dir);
     }
-    write_summary(&r, &rec, val, secs, hash);
+    write_summary(&r, &rec, val, secs, hash, final_ckpt);
     snprintf(path, sizeof path, "%s/final", c->run.out_dir);
     rc = fm_hf_export(path, r.kind, &r.dims, ct, wc, err);
   }
@@ -1090,9 +1100,16 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   fm_log0("done: %lld steps in %.1f s, final loss %.6f, val loss %s, %lld skipped, %lld redone; weights sha256 %s",
           (long long)rec.step, secs, rec.loss, vbuf, (long long)r.skipped, (long long)r.red.redone, hash);
   fm_log0("wrote %s/metrics.jsonl, summary.json, final/ (HF safetensors)", c->run.out_dir);
+  if (final_failed && err)
+    fprintf(err,
+            "fmhpc: the checkpoint of the last step (%lld) failed (above): the run's weights are in %s/final and "
+            "summary.json (\"final_checkpoint\": \"failed\"), not in %s; exit status 1\n"
+            "hint: free space in %s or make it writable, then run the deck again: resume = 'auto' continues from "
+            "the newest checkpoint there and reaches the same weights\n",
+            (long long)rec.step, c->run.out_dir, r.ckpt_dir, r.ckpt_dir);
   fm_metrics_close(r.metrics);
   teardown(&r);
-  return rc;
+  return rc ? rc : final_failed;
 }
 
 /* world = dp x tp with tp innermost (runtime/mesh.c): every collective of the

@@ -1031,6 +1031,29 @@ def ckpt_cases():
     AFTER.append(("resume_nothing_to_train",
                   lambda: next((f + " changed" for f, b in before.items()
                                 if open(os.path.join(done, f), "rb").read() != b), None)))
+    # the last step's checkpoint fails (&ckpt dir under a regular file; every=3 of 3 steps: the only one):
+    # exit status 1 as for a checkpoint that fails mid-run, and the trained weights still reach final/ and
+    # summary.json (they were once dropped with the checkpoint)
+    raw("not_a_dir", b"")
+    lost = os.path.join(tmp, "train_ck14.in")
+    cases.append(("final_checkpoint_failed",
+                  [train("ck14.in", data, extra=f"&ckpt dir='{tmp}/not_a_dir/ckpt' every=3 /\n")], 1,
+                  [f"fmhpc: checkpoint of step 3 failed: {tmp}/not_a_dir/ckpt: cannot create the checkpoint directory: "
+                   "Not a directory (&ckpt dir)",
+                   f"fmhpc: the checkpoint of the last step (3) failed (above): the run's weights are in {lost}/final "
+                   f"and summary.json (\"final_checkpoint\": \"failed\"), not in {tmp}/not_a_dir/ckpt; exit status 1",
+                   f"hint: free space in {tmp}/not_a_dir/ckpt or make it writable, then run the deck again: "
+                   "resume = 'auto' continues from the newest checkpoint there and reaches the same weights"]))
+
+    def final_check():
+        if not os.path.isfile(os.path.join(lost, "final", "model.safetensors")):
+            return "no final/model.safetensors"
+        s = json.load(open(os.path.join(lost, "summary.json")))
+        if s.get("final_checkpoint") != "failed" or s.get("steps") != 3 or not s.get("final_loss") > 0:
+            return f"summary.json does not record 3 steps, a loss and the failed checkpoint: {s}"
+        return None
+    AFTER.append(("final_checkpoint_failed", final_check))
+
     def h5ckpt(name, edit):
         dst = os.path.join(tmp, name)
         shutil.copyfile(step2, dst)

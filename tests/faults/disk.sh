@@ -14,7 +14,9 @@
 #             not): the space was reserved before the first dataset, so dd gets
 #             ENOSPC and the checkpoint completes; step 3's free-space check then
 #             stops the run cleanly; latest = step 2, which verifies with h5py
-#             and equals the uninterrupted run's step-2 weights.
+#             and equals the uninterrupted run's step-2 weights. Step 3 is the
+#             last: its weights still reach out_dir's final/ and summary.json
+#             ("final_checkpoint": "failed"), equal to the uninterrupted run's.
 #   dir   a &ckpt dir whose parents are missing is created; one under a regular
 #         file is a clear error at the first checkpoint; as an unprivileged user
 #         (setpriv, root only), a directory made read-only between step 1 and
@@ -105,6 +107,12 @@ fill)
   [ "$rc" = 1 ] || { tail -20 "$D/write.log"; fail "write: exit status $rc, expected 1 (step 3 has no room)"; }
   grep -qE "^checkpoint: $M/step_00000002\.h5, " "$D/write.log" || { tail -20 "$D/write.log"; fail "write: step 2's checkpoint was not committed"; }
   grep -qE "checkpoint of step 3 failed: $M: no space for a checkpoint" "$D/write.log" || { tail -20 "$D/write.log"; fail "write: step 3 did not stop on the free-space check"; }
+  grep -q "fmhpc: the checkpoint of the last step (3) failed (above): the run's weights are in $D/r2/final" "$D/write.log" ||
+    { tail -20 "$D/write.log"; fail "write: no message saying where the last step's weights went"; }
+  grep -q '"final_checkpoint": "failed"' "$D/r2/summary.json" || fail "write: summary.json does not record the failed checkpoint"
+  [ -s "$D/r2/final/model.safetensors" ] || fail "write: no final/model.safetensors"
+  [ -n "$(wsha "$D/ref")" ] && [ "$(wsha "$D/ref")" = "$(wsha "$D/r2")" ] || fail "write: the summary's weights differ from the uninterrupted run's"
+  cmp -s "$D/ref/final/model.safetensors" "$D/r2/final/model.safetensors" || fail "write: final/ differs from the uninterrupted run's"
   [ "$(cat "$M/latest")" = step_00000002.h5 ] || fail "write: latest is $(cat "$M/latest")"
   ! ls "$M"/*.partial "$M/latest.tmp" > /dev/null 2>&1 || { ls -la "$M"; fail "write: a .partial or latest.tmp is left"; }
   verify "$M/step_00000002.h5"

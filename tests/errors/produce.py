@@ -1004,7 +1004,7 @@ def ckpt_cases():
          ["resume: skipping " + os.path.join(broken, "ckpt", "step_00000002.h5") + ": ",
           "fmhpc: &ckpt resume = 'auto': none of the 2 checkpoints in " + os.path.join(broken, "ckpt") + " is valid (see above)",
           "hint: resume = 'none' starts over; resume = 'PATH' names one file"]),
-        ("auto_newest_cut", [resume("ck13.in", "auto", out=cut, train_keys="steps=3")], 0,
+        ("auto_newest_cut", [resume("ck19.in", "auto", out=cut, train_keys="steps=3")], 0,
          [re.compile(re.escape("resume: " + os.path.join(cut, "ckpt", "step_00000002.h5") + " has no readable run id (cut "
                                "short or damaged); its run is taken to be that of " +
                                os.path.join(cut, "ckpt", "step_00000001.h5")) + r" \(run id [0-9a-f]+\)"),

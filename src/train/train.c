@@ -916,6 +916,19 @@ static int check_out_dir(const char *dir, FILE *err) {
   return FM_EIO;
 }
 
+/* The checkpoint directory, at the start: created and writable, so that a
+ * mistyped or read-only &ckpt dir stops the run now, not at its first
+ * checkpoint hours in (or at a preemption signal, with &ckpt every = 0). */
+static int check_ckpt_dir(const char *dir, const char *set, FILE *err) {
+  if (fm_mkdirs(dir) == 0 && access(dir, W_OK | X_OK) == 0) return 0;
+  if (err)
+    fprintf(err,
+            "fmhpc: &ckpt dir = '%s'%s: cannot create or write the directory: %s\n"
+            "hint: point &ckpt dir at a writable directory; the run would fail at its first checkpoint\n",
+            dir, set[0] ? "" : " (out_dir/ckpt)", strerror(errno));
+  return FM_EIO;
+}
+
 /* FMHPC_CKPT_TEST_SIGNAL_AT=N (tests only): after step N the last rank
  * raises SIGUSR1 on itself, a preemption at a known step. */
 static void test_signal_hook(const FmComm *dp, int64_t step) {
@@ -997,6 +1010,7 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   }
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
   if (r.lead) rc = check_out_dir(c->run.out_dir, err);
+  if (r.lead && !rc) rc = check_ckpt_dir(r.ckpt_dir, c->ckpt.dir, err);
   if (r.lead && !rc)
     rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, deck, start, loaded, err)
                    : fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);

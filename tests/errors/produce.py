@@ -1031,19 +1031,26 @@ def ckpt_cases():
     AFTER.append(("resume_nothing_to_train",
                   lambda: next((f + " changed" for f, b in before.items()
                                 if open(os.path.join(done, f), "rb").read() != b), None)))
-    # the last step's checkpoint fails (&ckpt dir under a regular file; every=3 of 3 steps: the only one):
-    # exit status 1 as for a checkpoint that fails mid-run, and the trained weights still reach final/ and
-    # summary.json (they were once dropped with the checkpoint)
-    raw("not_a_dir", b"")
+    # the last step's checkpoint fails (its file, step_00000003.h5, is another run's, which a checkpoint never
+    # replaces; every=3 of 3 steps: the only one): exit status 1 as for a checkpoint that fails mid-run, and the
+    # trained weights still reach final/ and summary.json (they were once dropped with the checkpoint)
     lost = os.path.join(tmp, "train_ck14.in")
+    os.makedirs(os.path.join(tmp, "other_ckpt"), exist_ok=True)
+    other3 = os.path.join(tmp, "other_ckpt", "step_00000003.h5")
+    shutil.copyfile(step2, other3)
     cases.append(("final_checkpoint_failed",
-                  [train("ck14.in", data, extra=f"&ckpt dir='{tmp}/not_a_dir/ckpt' every=3 /\n")], 1,
-                  [f"fmhpc: checkpoint of step 3 failed: {tmp}/not_a_dir/ckpt: cannot create the checkpoint directory: "
-                   "Not a directory (&ckpt dir)",
+                  [train("ck14.in", data, extra=f"&ckpt dir='{tmp}/other_ckpt' every=3 /\n")], 1,
+                  [re.compile(re.escape(f"fmhpc: checkpoint of step 3 failed: {other3} belongs to another run (run id ")),
                    f"fmhpc: the checkpoint of the last step (3) failed (above): the run's weights are in {lost}/final "
-                   f"and summary.json (\"final_checkpoint\": \"failed\"), not in {tmp}/not_a_dir/ckpt; exit status 1",
-                   f"hint: free space in {tmp}/not_a_dir/ckpt or make it writable, then run the deck again: "
+                   f"and summary.json (\"final_checkpoint\": \"failed\"), not in {tmp}/other_ckpt; exit status 1",
+                   f"hint: free space in {tmp}/other_ckpt or make it writable, then run the deck again: "
                    "resume = 'auto' continues from the newest checkpoint there and reaches the same weights"]))
+    # a &ckpt dir that cannot be made (under a regular file): refused at the start, not at the first checkpoint
+    raw("not_a_dir", b"")
+    cases.append(("ckpt_dir_not_writable",
+                  [train("ck15.in", data, extra=f"&ckpt dir='{tmp}/not_a_dir/ckpt' every=100 /\n")], 1,
+                  [f"fmhpc: &ckpt dir = '{tmp}/not_a_dir/ckpt': cannot create or write the directory: Not a directory",
+                   "hint: point &ckpt dir at a writable directory; the run would fail at its first checkpoint"]))
 
     def final_check():
         if not os.path.isfile(os.path.join(lost, "final", "model.safetensors")):

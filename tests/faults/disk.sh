@@ -18,7 +18,7 @@
 #             last: its weights still reach out_dir's final/ and summary.json
 #             ("final_checkpoint": "failed"), equal to the uninterrupted run's.
 #   dir   a &ckpt dir whose parents are missing is created; one under a regular
-#         file is a clear error at the first checkpoint; as an unprivileged user
+#         file is a clear error at the start, before step 1; as an unprivileged user
 #         (setpriv, root only), a directory made read-only between step 1 and
 #         step 2: a clear error naming the file and errno, latest = step 1, and
 #         after the permission is restored a resume finishes with the
@@ -136,9 +136,10 @@ dir)
   echo "missing: $D/a/b/c created, step 1 committed"
   : > "$D/a_file"
   run notdir 120 1 train%steps=2 "ckpt%dir='$D/a_file/ckpt'" "run%out_dir='$D/notdir'"
-  grep -q "checkpoint of step 1 failed: $D/a_file/ckpt: cannot create the checkpoint directory: Not a directory (&ckpt dir)" \
+  grep -q "&ckpt dir = '$D/a_file/ckpt': cannot create or write the directory: Not a directory" \
     "$D/notdir.log" || { tail -20 "$D/notdir.log"; fail "notdir: no clear message"; }
-  echo "notdir: exit 1, $(grep -o 'checkpoint of step 1 failed: .*' "$D/notdir.log")"
+  ! grep -q "^step " "$D/notdir.log" || { tail -20 "$D/notdir.log"; fail "notdir: steps ran before the refusal"; }
+  echo "notdir: exit 1 before step 1, $(grep -o '&ckpt dir = .*' "$D/notdir.log")"
   if [ "$(id -u)" != 0 ] || ! command -v setpriv > /dev/null; then
     fm_missing "root and setpriv, to run as an unprivileged user (permission denied)" "util-linux (setpriv), as root"
   fi

@@ -270,8 +270,30 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
       FmStoreInfo si = *in;
       int64_t nh = 0;
       rc = fm__h5_shard_open(&st->shard[s], full, st->comm, &si, &nh, err);
-      if (!rc && (nh != n || si.seq_len != in->seq_len || strcmp(si.tokenizer_hash, in->tokenizer_hash) != 0)) {
-        if (err) fprintf(err, "%s: does not match the manifest %s (rows, seq_len or tokenizer)\n", full, path);
+      /* every attribute the shard repeats must be the manifest's: the manifest's are what training uses (a
+       * vocab_size or eos_id edited in one of them went unnoticed) */
+      char what[160] = "";
+      if (!rc && nh != n)
+        snprintf(what, sizeof what, "%lld rows, the manifest says %lld", (long long)nh, (long long)n);
+      else if (!rc && si.seq_len != in->seq_len)
+        snprintf(what, sizeof what, "seq_len %lld, the manifest says %lld", (long long)si.seq_len,
+                 (long long)in->seq_len);
+      else if (!rc && si.vocab_size != in->vocab_size)
+        snprintf(what, sizeof what, "vocab_size %lld, the manifest says %lld", (long long)si.vocab_size,
+                 (long long)in->vocab_size);
+      else if (!rc && (si.eos_id != in->eos_id || si.pad_id != in->pad_id))
+        snprintf(what, sizeof what, "eos_id %d and pad_id %d, the manifest says %d and %d", si.eos_id, si.pad_id,
+                 in->eos_id, in->pad_id);
+      else if (!rc && (strcmp(si.packing, in->packing) != 0 || strcmp(si.position_ids, in->position_ids) != 0))
+        snprintf(what, sizeof what, "packing '%s' and position ids '%s', the manifest says '%s' and '%s'", si.packing,
+                 si.position_ids, in->packing, in->position_ids);
+      else if (!rc && strcmp(si.tokenizer_hash, in->tokenizer_hash) != 0)
+        snprintf(what, sizeof what, "another tokenizer (hash %.12s..., the manifest's %.12s...)", si.tokenizer_hash,
+                 in->tokenizer_hash);
+      if (what[0]) {
+        if (err)
+          fprintf(err, "%s: does not match the manifest %s: the shard has %s\nhint: the manifest or the shard was "
+                       "edited or replaced; run task='prep' again for this store\n", full, path, what);
         rc = FM_EFORMAT;
       }
     } else {

@@ -892,7 +892,25 @@ def store_cases():
         ("shard_not_hdf5", [train("t10.in", copy_store("st10", shard=lambda b: b"garbage" * 100))], 1,
          ["st10/train_00000.h5: not an HDF5 file"]),
         ("shard_rows", [train("t11.in", copy_store("st11", lambda m: (m.__setitem__("n_seq", 98), m["shards"][0].__setitem__("n_seq", 98))))], 1,
-         ["st11/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11", "train.json") + " (rows, seq_len or tokenizer)"]),
+         [re.compile(re.escape("st11/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11", "train.json") +
+                               ": the shard has ") + r"[0-9]+ rows, the manifest says 98"),
+          "hint: the manifest or the shard was edited or replaced; run task='prep' again for this store"]),
+        # every attribute the shard repeats is compared (vocab_size, eos_id, packing edited in the manifest passed)
+        ("shard_vocab_differs", [train("t11b.in", copy_store("st11b", manifest_set("vocab_size", 5000)))], 1,
+         ["st11b/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11b", "train.json") +
+          ": the shard has vocab_size 269, the manifest says 5000"]),
+        ("shard_eos_differs", [train("t11c.in", copy_store("st11c", manifest_set("eos_id", 7)))], 1,
+         ["st11c/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11c", "train.json") +
+          ": the shard has eos_id 268 and pad_id 0, the manifest says 7 and 0"]),
+        ("shard_packing_differs", [train("t11d.in", copy_store("st11d", manifest_set("packing", "bfd")))], 1,
+         ["st11d/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11d", "train.json") +
+          ": the shard has packing 'simple' and position ids "]),
+        ("shard_seq_len_differs", [train("t11e.in", copy_store("st11e", manifest_set("seq_len", 8)))], 1,
+         ["st11e/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11e", "train.json") +
+          ": the shard has seq_len 16, the manifest says 8"]),
+        ("shard_tokenizer_differs", [train("t11f.in", copy_store("st11f", manifest_set("tokenizer_hash", "0" * 64)))], 1,
+         ["st11f/train_00000.h5: does not match the manifest " + os.path.join(tmp, "st11f", "train.json") +
+          ": the shard has another tokenizer (hash "]),
         ("bin_shard_missing", [train("t17.in", copy_store("st17", manifest_set("storage", "bin")))], 1,
          ["st17/train_00000.h5.tokens.bin: cannot open: No such file or directory",
           "hint: the manifest lists it; was the prep output moved?"]),

@@ -1242,15 +1242,21 @@ static int auto_candidates(const char *dir, char ***out) {
   file_run_id(path, id);
   char **all = NULL;
   int n = fm_ckpt_list(dir, &all), m = 0;
-  for (int i = 0; i < n && !id[0]; i++) { /* newest first */
+  const char *from = NULL; /* the older checkpoint whose run id stands in for the newest's */
+  for (int i = 0; i < n && !from && !id[0]; i++) { /* newest first */
     long long st = 0;
     step_of(strrchr(all[i], '/') + 1, ".h5", &st);
+    char older[FM_CKPT_RUN_ID_LEN];
     if (st >= newest) continue;
-    file_run_id(all[i], id);
-    if (id[0])
-      fm_warn0("resume: %s has no readable run id (cut short or damaged); its run is taken to be that of %s (run id %s)",
-               path, all[i], id);
+    file_run_id(all[i], older);
+    if (older[0]) {
+      snprintf(id, sizeof id, "%s", older);
+      from = all[i];
+    }
   }
+  if (from)
+    fm_warn0("resume: %s has no readable run id (cut short or damaged); its run is taken to be that of %s (run id %s)",
+             path, from, id);
   *out = fm_xcalloc((size_t)n + 1, sizeof **out);
   (*out)[m++] = fm_xstrdup(path);
   n = only_run(all, n, id); /* "": checkpoints from before run ids fall back to each other */

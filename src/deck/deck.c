@@ -388,9 +388,9 @@ static const char *type_expect(FmKeyType t) {
   return "?";
 }
 
-/* The value as written, NUL-terminated, for messages. */
-/* The value as written, control characters shown as '?' (a message must not
- * replay an escape sequence to the terminal). */
+/* The value as written, NUL-terminated, for messages; control characters
+ * shown as '?' (a message must not replay an escape sequence to the
+ * terminal). */
 static void value_text(char *buf, size_t n, const FmNlValue *v) {
   snprintf(buf, n, "%.*s", v->len, v->text);
   for (char *c = buf; *c; c++)

@@ -178,3 +178,23 @@ FM_TEST(matmul_blas_info_names_kernel) {
   FM_EXPECT_CONTAINS(info, "OpenBLAS core ");
   FM_EXPECT(fm_backend_cpu()->matmul_fwd == fm_cpu_matmul_fwd);
 }
+
+/* The GEMM kernel is not left at a generic pre-AVX2 fallback on a CPU with
+ * AVX2 and FMA (matmul.c's blas_pin): OpenBLAS 0.3.21 takes Prescott on an
+ * Emerald Rapids Xeon it does not know, a third of the speed and other bits
+ * than the Haswell kernel of regression/reference/bits_guard.txt. Only
+ * OPENBLAS_CORETYPE may ask for another kernel. */
+FM_TEST(matmul_blas_kernel_not_generic_on_avx2) {
+  const char *info = fm_cpu_blas_info();
+#if defined(__GNUC__) && defined(__x86_64__)
+  if (getenv("OPENBLAS_CORETYPE") || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) {
+    printf("OPENBLAS_CORETYPE set or no AVX2+FMA: nothing to check beyond %s\n", info);
+    return;
+  }
+  static const char *const generic[] = {"core Prescott ",    "core Core2 ", "core Penryn ",    "core Nehalem ",
+                                        "core Sandybridge ", "core Atom ",  "core Dunnington "};
+  for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++) FM_EXPECT(strstr(info, generic[i]) == NULL);
+  if (strstr(info, "chosen by fmhpc")) FM_EXPECT_CONTAINS(info, "OpenBLAS core Haswell ");
+#endif
+  printf("%s\n", info);
+}

@@ -12,10 +12,18 @@
  * fixed by the shapes alone; each tile is one single-threaded sgemm whose
  * reduction over K never leaves the call. Same shapes, same calls, same bits,
  * whatever OMP_NUM_THREADS is; the tiles are independent, so the schedule
- * does not matter either. OPENBLAS_CORETYPE (set on these machines) picks the
- * kernel; fm_cpu_blas_info reports it for logs and benchmarks. */
+ * does not matter either. The bits also depend on which kernel OpenBLAS runs:
+ * OPENBLAS_CORETYPE picks it where set; where unset and OpenBLAS falls back to
+ * a pre-AVX2 generic kernel on a CPU it does not know but that has AVX2 and FMA
+ * (0.3.21 takes Prescott on an Emerald Rapids Xeon: a third of the speed, and
+ * other bits than the Haswell kernel every other machine here runs), the
+ * kernel is chosen again as Haswell (blas_pin below). fm_cpu_blas_info reports
+ * the kernel and that choice for logs and benchmarks. */
 #include <cblas.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "fmhpc/tensor.h"
 
@@ -43,19 +51,62 @@
 #define FM_MM_CLONES
 #endif
 
-void fm__cpu_blas_init(void) {
-  static int pinned = 0;
-  if (!pinned) {
-    openblas_set_num_threads(1);
-    pinned = 1;
+/* OpenBLAS's DYNAMIC_ARCH builds export these (driver/others/dynamic.c):
+ * quit forgets the kernel table chosen at load, init chooses again from
+ * OPENBLAS_CORETYPE or cpuid. Weak: other BLAS builds lack them, and there
+ * nothing is chosen again. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+/* What OpenBLAS took before blas_pin chose again ("" when it did not). */
+static char blas_fallback[32];
+
+/* OpenBLAS's x86-64 kernels older than AVX2: the ones it falls back to on a
+ * CPU model it does not know. */
+static int pre_avx2_kernel(const char *core) {
+  static const char *const old[] = {"Prescott", "Core2",       "Penryn",     "Dunnington",    "Nehalem",
+                                    "Atom",     "Sandybridge", "Opteron",    "Opteron(SSE3)", "Barcelona",
+                                    "Bobcat",   "Bulldozer",   "Piledriver", "Steamroller",   "Excavator"};
+  for (size_t i = 0; i < sizeof old / sizeof old[0]; i++)
+    if (strcmp(core, old[i]) == 0) return 1;
+  return 0;
+}
+
+/* Runs once, before any sgemm of the process. */
+static void blas_pin(void) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  const char *core = openblas_get_corename();
+  if (!getenv("OPENBLAS_CORETYPE") && gotoblas_dynamic_init && gotoblas_dynamic_quit && core && pre_avx2_kernel(core) &&
+      __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    snprintf(blas_fallback, sizeof blas_fallback, "%s", core);
+    /* The variable is read by init alone, and unset again so that child
+     * processes see the environment they were given. */
+    if (setenv("OPENBLAS_CORETYPE", "Haswell", 1) == 0) {
+      gotoblas_dynamic_quit();
+      gotoblas_dynamic_init();
+      unsetenv("OPENBLAS_CORETYPE");
+    }
   }
+#endif
+  openblas_set_num_threads(1);
+}
+
+void fm__cpu_blas_init(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, blas_pin);
 }
 
 const char *fm_cpu_blas_info(void) {
-  static char info[320];
+  static char info[480];
   fm__cpu_blas_init();
-  snprintf(info, sizeof info, "OpenBLAS core %s (%s); 1 BLAS thread, OpenMP over fixed %dx%d GEMM tiles",
-           openblas_get_corename(), openblas_get_config(), FM_GEMM_MB, FM_GEMM_NB);
+  char pin[160] = "";
+  if (blas_fallback[0])
+    snprintf(pin, sizeof pin,
+             "; chosen by fmhpc: OpenBLAS took its generic %s kernel on this CPU model, which has AVX2 and FMA;"
+             " OPENBLAS_CORETYPE overrides",
+             blas_fallback);
+  snprintf(info, sizeof info, "OpenBLAS core %s (%s%s); 1 BLAS thread, OpenMP over fixed %dx%d GEMM tiles",
+           openblas_get_corename(), openblas_get_config(), pin, FM_GEMM_MB, FM_GEMM_NB);
   return info;
 }
 

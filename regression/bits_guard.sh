@@ -14,10 +14,16 @@
 # change that alters bits on purpose re-records with --record and says why in
 # its commit. Correctness itself is checked elsewhere (finite differences,
 # PyTorch parity, the determinism and resume cases).
+# The bits depend on the OpenBLAS kernel the run logs ("OpenBLAS core X",
+# src/tensor/cpu/matmul.c): bits_guard.txt holds the Haswell kernel's (and
+# Zen's, whose sgemm gives the same bits, checked on one machine with both);
+# bits_guard.X.txt another kernel's, recorded from the same commit by
+# OPENBLAS_CORETYPE=X on a CPU that runs it (SkylakeX and Cooperlake at
+# 167e9a6 plus the kernel pin, on an AVX-512 Xeon whose Haswell run matched
+# bits_guard.txt). --record writes the file of the kernel in use.
 set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3 mode=${4:-check}
 repo=$(cd "$(dirname "$0")/.." && pwd)
-ref=$repo/regression/reference/bits_guard.txt
 cd "$work"
 common=(train%steps=6 train%global_batch=4 train%micro_batch=2 optim%warmup_steps=2 eval%every=3
         eval%batches=2 log%every=1 log%plot=F ckpt%every=0 "ckpt%resume='none'")
@@ -48,7 +54,22 @@ for c in "${cases[@]}"; do
   sha=$(grep -o '"weights_sha256": "[^"]*"' "$dir/summary.json" | cut -d'"' -f4)
   [ -n "$sha" ] || { echo "FAIL: $name: no weights_sha256 in summary.json"; exit 1; }
   echo "$name $sha $losses" >> "$out"
+  core=$(grep -m1 -o 'OpenBLAS core [^ ]*' "bits_$name.log" | cut -d' ' -f3) || true
+  [ -n "$core" ] || { echo "FAIL: $name: the log names no 'OpenBLAS core'"; exit 1; }
+  [ -z "${core0:-}" ] || [ "$core" = "$core0" ] || { echo "FAIL: $name ran OpenBLAS core $core, $core0 before"; exit 1; }
+  core0=$core
 done
+case "$core0" in
+  Haswell | Zen) ref=$repo/regression/reference/bits_guard.txt ;;
+  *) ref=$repo/regression/reference/bits_guard.$core0.txt ;;
+esac
+if [ "$mode" != --record ] && [ ! -f "$ref" ]; then
+  echo "FAIL: no reference for OpenBLAS core $core0 (expected $ref)"
+  echo "  hint: OPENBLAS_CORETYPE=Haswell (on a CPU with AVX2 and FMA) compares with bits_guard.txt; or record"
+  echo "  this kernel's file with --record on a commit whose bits match an existing reference"
+  exit 1
+fi
+echo "OpenBLAS core $core0: reference $ref"
 if [ "$mode" = --record ]; then
   cp "$out" "$ref"; echo "recorded $(wc -l < "$ref") cases into $ref"; exit 0
 fi

@@ -48,6 +48,7 @@ void openblas_set_num_threads(int);
  * timed steps and keeps the larger, so a burst of load on a shared machine
  * during one measurement does not lower the roof (and raise "% of peak"). */
 static double gemm_peak(int threads) {
+  (void)fm_cpu_blas_info(); /* the backend's kernel choice first (matmul.c): the peak runs the same kernel */
   const int n = 2048;
   float *a = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
   for (int i = 0; i < n * n; i++) a[i] = (float)(i % 13) * 0.01f;

@@ -208,6 +208,21 @@ static void ck_init(Ck *c, int fill) {
   fm_dist_state_add(&c->s.dist, "spike/losses", FM_DIST_WHOLE_F64, c->spike.buf, WINDOW);
 }
 
+/* At exit, before LeakSanitizer's check (atexit handlers run in reverse
+ * order; ASan registers its check before main): free the communicator and
+ * finalize MPI, which ends Open MPI's and PMIx's progress threads. The check
+ * stops every thread to scan it, and once in CI its tracer crashed with those
+ * two alive ("Tracer caught signal 11 ... LeakSanitizer has encountered a
+ * fatal error" after the last input, saved as a crash on an empty input; a
+ * known intermittent fault of the tracer, not reproduced here in 540 runs).
+ * Finalized, only libFuzzer's RSS thread is left for it to stop. */
+static void ck_teardown(void) {
+  __lsan_disable(); /* what Open MPI frees or keeps in Finalize is not fmhpc's */
+  fm_comm_destroy(comm);
+  fm_runtime_finalize();
+  __lsan_enable();
+}
+
 static void ck_setup(void) {
   setenv("OMPI_MCA_opal_signal", "", 0); /* leave SIGSEGV/SIGABRT to libFuzzer (it saves the input) */
   fm_runtime_init(NULL, NULL);
@@ -234,6 +249,7 @@ static void ck_setup(void) {
   free(r.s.deck_read);
   free(r.s.gemm_plans_read);
   fm_spike_free(&r.spike);
+  atexit(ck_teardown);
 }
 
 static int checkpoint(In *in) {

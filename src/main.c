@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fmhpc/backend.h"
 #include "fmhpc/ckpt.h"
 #include "fmhpc/core.h"
 #include "fmhpc/data.h"
@@ -53,7 +54,7 @@ static void usage(FILE *out) {
           "  --verify STORE check a packed store (prep manifest .json, or one .h5 shard):\n"
           "                 every SHA-256 of the manifest and every row's ids, masks and\n"
           "                 segment/position ids; each rank checks a share (mpirun -n P)\n"
-          "  --version      version and git revision\n"
+          "  --version      version, git revision and the CPU GEMM kernel (it decides the bits)\n"
           "  --help         this text\n"
           "exit status: 0 done, 1 runtime failure, 2 bad deck or command line,\n"
           "  3 checkpointed on SIGUSR1/SIGTERM (preemption): requeue to continue\n");
@@ -243,7 +244,10 @@ int main(int argc, char **argv) {
         printf("tasks (&run task = '...'):\n");
         list_tasks(stdout);
       }
-      if (a.version) printf("fmhpc %s (git %s)\n", FM_VERSION_STRING, FMHPC_GIT_REV);
+      if (a.version) { /* the GEMM kernel decides the bits of a CPU run (README, bitwise) */
+        printf("fmhpc %s (git %s)\n", FM_VERSION_STRING, FMHPC_GIT_REV);
+        printf("cpu gemm: %s\n", fm_cpu_blas_info());
+      }
       if (a.help_deck) fm_deck_help(stdout);
     }
     fm_exit_all(0);

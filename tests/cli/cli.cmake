@@ -59,7 +59,8 @@ fm_cli_test(check_dp_not_dividing RC 2 CMD $<TARGET_FILE:fmhpc> --check --ranks 
 fm_cli_test(check_override RC 0 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/llama_1p2b.in model%n_layer=12
             MATCH "n_layer *= *12" "parameters 755,504,640")
 fm_cli_test(help_deck RC 0 CMD $<TARGET_FILE:fmhpc> --help-deck MATCH "&model" "d_model" "&optim" "betas")
-fm_cli_test(version RC 0 CMD $<TARGET_FILE:fmhpc> --version MATCH "fmhpc [0-9]+\\.[0-9]+\\.[0-9]+")
+fm_cli_test(version RC 0 CMD $<TARGET_FILE:fmhpc> --version MATCH "fmhpc [0-9]+\\.[0-9]+\\.[0-9]+ \\(git [0-9a-f]+\\)"
+            "cpu gemm: OpenBLAS core [A-Za-z0-9]+ \\(")
 fm_cli_test(unknown_option RC 2 CMD $<TARGET_FILE:fmhpc> --frobnicate MATCH "unknown option '--frobnicate'")
 fm_cli_test(missing_deck RC 2 CMD $<TARGET_FILE:fmhpc> --check no/such/deck.in MATCH "cannot read deck 'no/such/deck.in'")
 # A bad deck fails on every rank with one message naming file:line:column.

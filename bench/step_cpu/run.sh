@@ -34,7 +34,7 @@ build_bench "$BUILD" "$OUT/bench_step"
 BEFORE="${STEP_BEFORE:-}"
 [ -n "$BEFORE" ] && build_bench "$(cd "$BEFORE" && pwd)" "$OUT/bench_before"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $THREADS threads; $STEPS timed steps"
-echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset} (both sides)"
 printf "%-22s %9s %9s %9s %9s %7s %9s %9s %7s %9s %7s\n" case fm_ms fm_tok/s GFLOP/s peak %peak pt_ms pt_tok/s ratio \
   before vs_bef
 # STEP_CASES (a regex on the case names; default all) picks cases: bench/run.sh's quick mode

@@ -24,16 +24,22 @@ fm_src_of() {
 }
 # The OpenBLAS kernel every side runs (fmhpc, PyTorch, the sgemm peaks): where
 # OPENBLAS_CORETYPE is unset and OpenBLAS falls back to a generic pre-AVX2
-# kernel on a CPU with AVX2 and FMA, fmhpc runs Haswell instead
-# (src/tensor/cpu/matmul.c); so do the peers here, or they are measured on
-# another kernel than fmhpc's.
+# kernel on a CPU with AVX2 and FMA, fmhpc runs Cooperlake (AVX-512 BF16),
+# SkylakeX (AVX-512) or Haswell instead (src/tensor/cpu/matmul.c); so do the
+# peers here, or they are measured on another kernel than fmhpc's.
 if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
   fm_blas_core=$(/usr/bin/python3 -c 'import ctypes
 l = ctypes.CDLL("libopenblas.so.0"); l.openblas_get_corename.restype = ctypes.c_char_p
 print(l.openblas_get_corename().decode())' 2>/dev/null) || fm_blas_core=""
   case " Prescott Core2 Penryn Dunnington Nehalem Atom Sandybridge Opteron Barcelona Bobcat Bulldozer Piledriver Steamroller Excavator " in
     *" ${fm_blas_core:-none} "*)
-      export OPENBLAS_CORETYPE=Haswell
-      echo "bench: OpenBLAS took its generic $fm_blas_core kernel on this CPU (AVX2, FMA): OPENBLAS_CORETYPE=Haswell for every side, as fmhpc chooses" >&2 ;;
+      fm_pin=Haswell
+      if grep -qw avx512f /proc/cpuinfo && grep -qw avx512vl /proc/cpuinfo && grep -qw avx512bw /proc/cpuinfo &&
+         grep -qw avx512dq /proc/cpuinfo; then
+        fm_pin=SkylakeX
+        grep -qw avx512_bf16 /proc/cpuinfo && fm_pin=Cooperlake
+      fi
+      export OPENBLAS_CORETYPE=$fm_pin
+      echo "bench: OpenBLAS took its generic $fm_blas_core kernel on this CPU (AVX2, FMA): OPENBLAS_CORETYPE=$fm_pin for every side, as fmhpc chooses" >&2 ;;
   esac
 fi

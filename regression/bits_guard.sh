@@ -20,7 +20,9 @@
 # bits_guard.X.txt another kernel's, recorded from the same commit by
 # OPENBLAS_CORETYPE=X on a CPU that runs it (SkylakeX and Cooperlake at
 # 167e9a6 plus the kernel pin, on an AVX-512 Xeon whose Haswell run matched
-# bits_guard.txt). --record writes the file of the kernel in use.
+# bits_guard.txt; an Emerald Rapids Xeon that OpenBLAS 0.3.21 does not know
+# runs Cooperlake unless OPENBLAS_CORETYPE says otherwise, as fmhpc chooses
+# there). --record writes the file of the kernel in use.
 set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3 mode=${4:-check}
 repo=$(cd "$(dirname "$0")/.." && pwd)

@@ -206,3 +206,47 @@ FM_TEST(matmul_blas_kernel_not_generic_on_avx2) {
 #endif
   printf("%s\n", info);
 }
+
+/* The wait-policy note (fm_cpu_omp_wait_note): given exactly where libgomp
+ * spins by default (neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set), there is
+ * more than one thread, and the CPU says it runs under a hypervisor, which the
+ * test reads from the kernel's "hypervisor" flag in /proc/cpuinfo. */
+FM_TEST(matmul_omp_wait_note_only_where_threads_spin_on_a_vm) {
+  int vm = 0;
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  char line[4096];
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "flags", 5) == 0) {
+      vm = strstr(line, " hypervisor") != NULL;
+      break;
+    }
+  if (f) fclose(f);
+  const char *pol = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+  char *pol0 = pol ? strdup(pol) : NULL, *spin0 = spin ? strdup(spin) : NULL;
+  int nt = omp_get_max_threads();
+  unsetenv("OMP_WAIT_POLICY");
+  unsetenv("GOMP_SPINCOUNT");
+  omp_set_num_threads(2);
+  const char *note = fm_cpu_omp_wait_note();
+  if (vm) {
+    FM_EXPECT(note != NULL);
+    if (note) FM_EXPECT_CONTAINS(note, "hint: export OMP_WAIT_POLICY=passive");
+  } else {
+    FM_EXPECT(note == NULL);
+  }
+  omp_set_num_threads(1);
+  FM_EXPECT(fm_cpu_omp_wait_note() == NULL);
+  omp_set_num_threads(2);
+  setenv("OMP_WAIT_POLICY", "active", 1);
+  FM_EXPECT(fm_cpu_omp_wait_note() == NULL);
+  unsetenv("OMP_WAIT_POLICY");
+  setenv("GOMP_SPINCOUNT", "10000", 1);
+  FM_EXPECT(fm_cpu_omp_wait_note() == NULL);
+  unsetenv("GOMP_SPINCOUNT");
+  if (pol0) setenv("OMP_WAIT_POLICY", pol0, 1);
+  if (spin0) setenv("GOMP_SPINCOUNT", spin0, 1);
+  free(pol0);
+  free(spin0);
+  omp_set_num_threads(nt);
+  printf("hypervisor %d: %s\n", vm, note ? note : "(no note)");
+}

@@ -63,8 +63,10 @@
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 
-/* What OpenBLAS took before blas_pin chose again ("" when it did not). */
+/* What OpenBLAS took before blas_pin chose again ("" when it did not), and
+ * the CPU features blas_pin chose by. */
 static char blas_fallback[32];
+static const char *blas_fallback_has = "";
 
 /* OpenBLAS's x86-64 kernels older than AVX2: the ones it falls back to on a
  * CPU model it does not know. */
@@ -85,13 +87,21 @@ static int pre_avx2_kernel(const char *core) {
  * Haswell 61-74, SkylakeX 105-110, Cooperlake 118-130; the GPT-2 124M step
  * (bench/step_cpu, T 256, 2 threads, two rounds) 1.39x and 1.69x faster with
  * Cooperlake than with Haswell, the nano Llama's 1.04-1.08x (small GEMMs). */
-static const char *fallback_kernel(void) {
+/* *has: the CPU features that chose it, for the log. */
+static const char *fallback_kernel(const char **has) {
 #if defined(__GNUC__) && defined(__x86_64__)
   int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
-  if (avx512 && __builtin_cpu_supports("avx512bf16")) return "Cooperlake";
-  if (avx512) return "SkylakeX";
+  if (avx512 && __builtin_cpu_supports("avx512bf16")) {
+    *has = "AVX-512 BF16";
+    return "Cooperlake";
+  }
+  if (avx512) {
+    *has = "AVX-512";
+    return "SkylakeX";
+  }
 #endif
+  *has = "AVX2 and FMA";
   return "Haswell";
 }
 
@@ -104,7 +114,7 @@ static void blas_pin(void) {
     snprintf(blas_fallback, sizeof blas_fallback, "%s", core);
     /* The variable is read by init alone, and unset again so that child
      * processes see the environment they were given. */
-    if (setenv("OPENBLAS_CORETYPE", fallback_kernel(), 1) == 0) {
+    if (setenv("OPENBLAS_CORETYPE", fallback_kernel(&blas_fallback_has), 1) == 0) {
       gotoblas_dynamic_quit();
       gotoblas_dynamic_init();
       unsetenv("OPENBLAS_CORETYPE");
@@ -123,16 +133,11 @@ const char *fm_cpu_blas_info(void) {
   static char info[480];
   fm__cpu_blas_init();
   char pin[200] = "";
-  if (blas_fallback[0]) {
-    const char *k = fallback_kernel();
+  if (blas_fallback[0])
     snprintf(pin, sizeof pin,
              "; chosen by fmhpc: OpenBLAS took its generic %s kernel on this CPU model, which has %s;"
              " OPENBLAS_CORETYPE overrides",
-             blas_fallback,
-             strcmp(k, "Cooperlake") == 0 ? "AVX-512 BF16"
-             : strcmp(k, "SkylakeX") == 0 ? "AVX-512"
-                                          : "AVX2 and FMA");
-  }
+             blas_fallback, blas_fallback_has);
   snprintf(info, sizeof info, "OpenBLAS core %s (%s%s); 1 BLAS thread, OpenMP over fixed %dx%d GEMM tiles",
            openblas_get_corename(), openblas_get_config(), pin, FM_GEMM_MB, FM_GEMM_NB);
   return info;

@@ -46,7 +46,12 @@ void openblas_set_num_threads(int);
 /* Best of 5 multi-threaded OpenBLAS sgemm at 2048^3: the machine's fp32 roof
  * as far as this process can reach it. main measures it before and after the
  * timed steps and keeps the larger, so a burst of load on a shared machine
- * during one measurement does not lower the roof (and raise "% of peak"). */
+ * during one measurement does not lower the roof (and raise "% of peak").
+ * OpenBLAS goes back to one thread before it returns: the backend's rule
+ * (matmul.c) is one BLAS thread per tile; a step run with more has every
+ * tile's sgemm from each OpenMP thread hand work to OpenBLAS's own pool,
+ * whose thread then competes for the cores (it did so from 7cf232d on,
+ * until the peak restored the count itself). */
 static double gemm_peak(int threads) {
   (void)fm_cpu_blas_info(); /* the backend's kernel choice first (matmul.c): the peak runs the same kernel */
   const int n = 2048;
@@ -60,6 +65,7 @@ static double gemm_peak(int threads) {
     double dt = now() - t0;
     if (dt < best) best = dt;
   }
+  openblas_set_num_threads(1);
   free(a);
   free(c);
   return 2.0 * n * (double)n * n / best / 1e9;
@@ -405,8 +411,7 @@ int main(int argc, char **argv) {
   }
   profiling = 0;
   const double peak1 = gemm_peak(threads), peak = peak1 > peak0 ? peak1 : peak0;
-  openblas_set_num_threads(1); /* back to the backend's one BLAS thread per tile (matmul.c) */
-  double fwd = 0;              /* the forward alone, to split forward+backward */
+  double fwd = 0; /* the forward alone, to split forward+backward */
   for (int64_t s = 0; s < timed; s++) {
     double t0 = now();
     fm_model_forward_backward(m, &in, w, false);

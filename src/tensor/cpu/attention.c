@@ -48,15 +48,8 @@
 #define FM_ATT_OMP_MIN ((int64_t)1 << 18)
 #define FM_ATT_DALL    4096 /* the fused backward keeps D of a head's rows for T up to this (16 KiB of stack) */
 
-/* The softmax loops vectorise (fm__cpu_expf is branch-free); the AVX2 clones
- * of the tile functions do the same IEEE operations per lane (no FMA:
- * -ffp-contract=off, and AVX2 alone does not enable it): the same bits as
- * the baseline path (as elementwise.c's clones). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FM_ATT_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FM_ATT_CLONES
-#endif
+/* The softmax loops vectorise (fm__cpu_expf is branch-free); the tile
+ * functions' clones (FM_CPU_CLONES, cpu_ops.h) give the same bits. */
 
 typedef struct AttnArgs {
   const float *q, *k, *v; /* head h of row n at q + n*ldq + h*HS; kv head g at k + n*ldkv + g*HS */
@@ -127,7 +120,7 @@ static inline float row_max(const float *srow, const unsigned char *ar, int64_t 
 }
 
 /* ---- forward ------------------------------------------------------------------ */
-FM_ATT_CLONES static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
+FM_CPU_CLONES static void fwd_block(float *out, float *lse, const AttnArgs *a, int64_t b, int64_t h, int64_t t0) {
   const int64_t HS = a->HS, T = a->T, g = h / (a->NH / a->NKV);
   const int64_t nr = T - t0 < FM_ATT_BR ? T - t0 : FM_ATT_BR;
   const float *Q = a->q + (b * T + t0) * a->ldq + h * HS;
@@ -232,7 +225,7 @@ static void block_D(float *D, const AttnGrads *gr, const AttnArgs *a, int64_t b,
 
 /* One tile's P (in S) and dS (in dP), recomputed from lse:
  * P = exp(scale Q K^T - lse) where visible, else 0; dS = P (dout V^T - D). */
-FM_ATT_CLONES static void tile_P_dS(float *S, float *dP, const unsigned char *allow, const AttnGrads *gr,
+FM_CPU_CLONES static void tile_P_dS(float *S, float *dP, const unsigned char *allow, const AttnGrads *gr,
                                     const AttnArgs *a, int64_t b, int64_t h, int64_t g, int64_t t0, int64_t nr,
                                     int64_t s0, int64_t nc, const float *D) {
   const int64_t HS = a->HS, T = a->T, ldo = a->NH * HS;

@@ -16,40 +16,35 @@
 #include "fmhpc/tensor.h"
 
 #include "../elementwise.h"
+#include "cpu_ops.h"
 
 /* Below this many elements a parallel region costs more than it saves. */
 #define FM_CPU_OMP_MIN ((int64_t)1 << 15)
 
 /* GELU and SwiGLU: their sigmoid (../elementwise.h) is branch-free and calls
  * no library, so these loops vectorise; each lane does the same IEEE
- * operations, so vector and scalar elements, and the AVX2 and baseline
- * clones below, give the same bits (no FMA: -ffp-contract=off, and AVX2 alone
- * does not enable FMA). */
+ * operations, so vector and scalar elements, and the clones (FM_CPU_CLONES,
+ * cpu_ops.h), give the same bits. */
 /* Elements per task: the range functions below run one chunk each. */
 #define FM_CPU_EW_CHUNK ((int64_t)1 << 14)
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FM_CPU_EW_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FM_CPU_EW_CLONES
-#endif
 
-FM_CPU_EW_CLONES static void gelu_fwd_range(float *out, const float *x, int64_t i0, int64_t i1) {
+FM_CPU_CLONES static void gelu_fwd_range(float *out, const float *x, int64_t i0, int64_t i1) {
 #pragma omp simd
   for (int64_t i = i0; i < i1; i++) out[i] = fm_gelu_fwd(x[i]);
 }
 
-FM_CPU_EW_CLONES static void gelu_bwd_range(float *dx, const float *dout, const float *x, int64_t i0, int64_t i1) {
+FM_CPU_CLONES static void gelu_bwd_range(float *dx, const float *dout, const float *x, int64_t i0, int64_t i1) {
 #pragma omp simd
   for (int64_t i = i0; i < i1; i++) dx[i] = fm_gelu_bwd(dout[i], x[i]);
 }
 
-FM_CPU_EW_CLONES static void swiglu_fwd_range(float *out, const float *gate, const float *up, int64_t i0, int64_t i1) {
+FM_CPU_CLONES static void swiglu_fwd_range(float *out, const float *gate, const float *up, int64_t i0, int64_t i1) {
 #pragma omp simd
   for (int64_t i = i0; i < i1; i++) out[i] = fm_swiglu_fwd(gate[i], up[i]);
 }
 
-FM_CPU_EW_CLONES static void swiglu_bwd_range(float *dgate, float *dup, const float *dout, const float *gate,
-                                              const float *up, int64_t i0, int64_t i1) {
+FM_CPU_CLONES static void swiglu_bwd_range(float *dgate, float *dup, const float *dout, const float *gate,
+                                           const float *up, int64_t i0, int64_t i1) {
   /* dgate or dup may be an input (the same index): each lane loads before it stores */
 #pragma omp simd
   for (int64_t i = i0; i < i1; i++) {

@@ -47,14 +47,8 @@
 #define FM_GEMM_NB 768
 /* Below this many multiply-adds a parallel region costs more than it saves. */
 #define FM_GEMM_OMP_MIN ((int64_t)1 << 18)
-/* The bias and column-sum loops vectorise; their AVX2 clones do the same IEEE
- * operations per lane in the same order (no FMA: -ffp-contract=off, and AVX2
- * alone does not enable it): the same bits (as elementwise.c's clones). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FM_MM_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FM_MM_CLONES
-#endif
+/* The bias and column-sum loops vectorise; their clones (FM_CPU_CLONES,
+ * cpu_ops.h) give the same bits. */
 
 /* OpenBLAS's DYNAMIC_ARCH builds export these (driver/others/dynamic.c):
  * quit forgets the kernel table chosen at load, init chooses again from
@@ -182,7 +176,7 @@ void fm__cpu_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K, float
   }
 }
 
-FM_MM_CLONES static void bias_row(float *o, const float *bias, int64_t OC) {
+FM_CPU_CLONES static void bias_row(float *o, const float *bias, int64_t OC) {
 #pragma omp simd
   for (int64_t j = 0; j < OC; j++) o[j] = o[j] + bias[j];
 }
@@ -204,7 +198,7 @@ void fm_cpu_matmul_fwd(float *out, const float *inp, const float *w, const float
  * order, in double from dbias's old value, rounded once. Threads own column
  * blocks, so the order never depends on them. */
 #define FM_COLSUM_CB 64
-FM_MM_CLONES static void colsum_block(float *dbias, const float *d, int64_t N, int64_t OC, int64_t cb) {
+FM_CPU_CLONES static void colsum_block(float *dbias, const float *d, int64_t N, int64_t OC, int64_t cb) {
   const int64_t c0 = cb * FM_COLSUM_CB;
   const int64_t cn = OC - c0 < FM_COLSUM_CB ? OC - c0 : FM_COLSUM_CB;
   double acc[FM_COLSUM_CB];

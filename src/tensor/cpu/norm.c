@@ -15,15 +15,8 @@
 #include "cpu_ops.h"
 
 #define FM_NORM_OMP_MIN ((int64_t)1 << 14)
-/* The per-row and per-column-block bodies below vectorise; their AVX2 clones
- * do the same IEEE operations per lane in the same lane order (no FMA:
- * -ffp-contract=off, and AVX2 alone does not enable it), so the same bits as
- * the baseline path (as elementwise.c's clones). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FM_NORM_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FM_NORM_CLONES
-#endif
+/* The per-row and per-column-block bodies below vectorise; their clones
+ * (FM_CPU_CLONES, cpu_ops.h) give the same bits. */
 #define FM_NORM_CB    64 /* columns per thread task in the dw/db pass */
 #define FM_NORM_LANES 8
 
@@ -46,8 +39,8 @@
 /* ---- LayerNorm --------------------------------------------------------------- */
 /* As torch.nn.LayerNorm: biased variance, eps inside the sqrt;
  * out = (x - mean) * rstd * w + b. */
-FM_NORM_CLONES static void layernorm_fwd_row(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                             const float *b, int64_t n, int64_t C, float eps) {
+FM_CPU_CLONES static void layernorm_fwd_row(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                            const float *b, int64_t n, int64_t C, float eps) {
   const float *x = inp + n * C;
   double s, v;
   FM_LANE_SUM(s, C, (double)x[i]);
@@ -71,8 +64,8 @@ void fm_cpu_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp
 /* dw (C) += sum_n dout * xhat, db (C) += sum_n dout, xhat = (x - mean) * rstd
  * (mean NULL: RMSNorm's xhat = x * rstd). Column blocks in parallel, rows in
  * order, double sums from the old value, one rounding. */
-FM_NORM_CLONES static void norm_dweights_block(float *dw, float *db, const float *dout, const float *inp,
-                                               const float *mean, const float *rstd, int64_t N, int64_t C, int64_t cb) {
+FM_CPU_CLONES static void norm_dweights_block(float *dw, float *db, const float *dout, const float *inp,
+                                              const float *mean, const float *rstd, int64_t N, int64_t C, int64_t cb) {
   const int64_t c0 = cb * FM_NORM_CB;
   const int64_t cn = C - c0 < FM_NORM_CB ? C - c0 : FM_NORM_CB;
   double aw[FM_NORM_CB], ab[FM_NORM_CB];
@@ -104,8 +97,8 @@ static void norm_dweights(float *dw, float *db, const float *dout, const float *
 }
 
 /* dinp += rstd * (dn - mean(dn) - xhat * mean(dn * xhat)), dn = dout * w. */
-FM_NORM_CLONES static void layernorm_bwd_row(float *dinp, const float *dout, const float *inp, const float *w,
-                                             const float *mean, const float *rstd, int64_t n, int64_t C) {
+FM_CPU_CLONES static void layernorm_bwd_row(float *dinp, const float *dout, const float *inp, const float *w,
+                                            const float *mean, const float *rstd, int64_t n, int64_t C) {
   const float *x = inp + n * C, *d = dout + n * C;
   const float m = mean[n], r = rstd[n];
   double sd, sdx;
@@ -131,8 +124,8 @@ void fm_cpu_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, 
 
 /* ---- RMSNorm ----------------------------------------------------------------- */
 /* As HF LlamaRMSNorm: out = w * (x * rsqrt(mean(x^2) + eps)). */
-FM_NORM_CLONES static void rmsnorm_fwd_row(float *out, float *rstd, const float *inp, const float *w, int64_t n,
-                                           int64_t C, float eps) {
+FM_CPU_CLONES static void rmsnorm_fwd_row(float *out, float *rstd, const float *inp, const float *w, int64_t n,
+                                          int64_t C, float eps) {
   const float *x = inp + n * C;
   double s;
   FM_LANE_SUM(s, C, (double)x[i] * x[i]);
@@ -149,8 +142,8 @@ void fm_cpu_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *
 }
 
 /* dinp += rstd * (dn - xhat * mean(dn * xhat)), dn = dout * w, xhat = x * rstd. */
-FM_NORM_CLONES static void rmsnorm_bwd_row(float *dinp, const float *dout, const float *inp, const float *w,
-                                           const float *rstd, int64_t n, int64_t C) {
+FM_CPU_CLONES static void rmsnorm_bwd_row(float *dinp, const float *dout, const float *inp, const float *w,
+                                          const float *rstd, int64_t n, int64_t C) {
   const float *x = inp + n * C, *d = dout + n * C;
   const float r = rstd[n];
   double sdx;

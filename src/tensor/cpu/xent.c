@@ -42,15 +42,8 @@
 
 #define FM_XENT_G 8 /* rows whose sums of exp run side by side (no effect on bits) */
 
-/* The elementwise passes vectorise (fm__cpu_expf is branch-free); an AVX2
- * clone does the same IEEE operations per lane as the baseline (no FMA:
- * -ffp-contract=off, and AVX2 alone does not enable it), so the same bits on
- * either path (as elementwise.c's clones). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define FM_XENT_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define FM_XENT_CLONES
-#endif
+/* The elementwise passes vectorise (fm__cpu_expf is branch-free); their
+ * clones (FM_CPU_CLONES, cpu_ops.h) give the same bits. */
 
 static int64_t chunk_cols(int64_t V) { return V < FM_XENT_VC ? V : FM_XENT_VC; }
 
@@ -90,9 +83,9 @@ static inline float chunk_max(const float *z, int64_t n, float m) {
  * chain of dependent additions: FM_XENT_G rows' chains run side by side
  * (independent, so the additions overlap) and each row keeps its order and
  * its bits. */
-FM_XENT_CLONES static void rows_lse(float *Z, float *lse, float *loss_d, const float *x, const float *w,
-                                    const int32_t *targets, const float *weight, int64_t r0, int64_t nr, int64_t C,
-                                    int64_t V) {
+FM_CPU_CLONES static void rows_lse(float *Z, float *lse, float *loss_d, const float *x, const float *w,
+                                   const int32_t *targets, const float *weight, int64_t r0, int64_t nr, int64_t C,
+                                   int64_t V) {
   const int64_t vce = chunk_cols(V);
   float m[FM_XENT_RB], zt[FM_XENT_RB], e[FM_XENT_G][FM_XENT_VC];
   double l[FM_XENT_RB];
@@ -141,8 +134,8 @@ FM_XENT_CLONES static void rows_lse(float *Z, float *lse, float *loss_d, const f
 /* The same rows' logits become dlogits = (softmax - onehot) * weight, chunk
  * by chunk, each chunk then added into dx (dx += dlogits_chunk w_chunk, the
  * chunks in order) while it is in cache. */
-FM_XENT_CLONES static void rows_grad(float *Z, float *dx, const float *lse, const float *w, const int32_t *targets,
-                                     const float *weight, int64_t r0, int64_t nr, int64_t C, int64_t V, int bf16) {
+FM_CPU_CLONES static void rows_grad(float *Z, float *dx, const float *lse, const float *w, const int32_t *targets,
+                                    const float *weight, int64_t r0, int64_t nr, int64_t C, int64_t V, int bf16) {
   const int64_t vce = chunk_cols(V);
   for (int64_t v0 = 0; v0 < V; v0 += vce) {
     const int64_t vc = V - v0 < vce ? V - v0 : vce;

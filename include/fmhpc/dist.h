@@ -79,6 +79,7 @@ double fm_clip_scale(double norm, double max_norm);
 typedef struct FmReduce {
   bool exact;
   bool fresh;             /* no micro-batch added since fm_reduce_begin: the next one stores (no zeroing pass) */
+  bool stream;            /* that store bypasses the caches (an accumulator larger than them; reduce.c) */
   bool acc_read;          /* shm: some rank read acc since the last fm_comm_shm_sync (a write waits for one) */
   bool gather_read;       /* shm: the same for gather */
   int P, r;               /* data-parallel size and rank */
@@ -143,6 +144,10 @@ int fm_reduce_create(FmReduce *g, int64_t n, int64_t M, bool exact, FmComm *dp);
  * is newer): before a checkpoint reads it. */
 void fm_reduce_scales_to_host(FmReduce *g);
 void fm_reduce_free(FmReduce *g);
+/* The accumulator size (bytes, P*S int64) from which a step's first
+ * micro-batch is stored with streaming stores (default 64 MiB; < 0: the
+ * default); returns the old value. Tests set 0 to run that path. */
+int64_t fm__reduce_set_stream_min(int64_t bytes);
 /* This rank's shard. */
 static inline int64_t fm_reduce_lo(const FmReduce *g) { return g->lo[g->r]; }
 static inline int64_t fm_reduce_hi(const FmReduce *g) { return g->hi[g->r]; }

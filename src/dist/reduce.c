@@ -11,6 +11,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* With shm: rank r's part of the window holds its accumulator (P*S int64),
  * then its shard for the parameter all-gather (S floats). */
@@ -193,6 +196,74 @@ static int shm_sync(FmReduce *g) {
   return fm_comm_shm_sync(g->shm);
 }
 
+/* The store pass of add_block with streaming (non-temporal) stores, where
+ * the accumulator is too large for the caches (stream_min bytes and up): a
+ * plain store first reads each destination line it will overwrite whole, so
+ * 8 bytes stored cost 16 of memory traffic; a streaming store writes the line
+ * without reading it. The integers are the same: per lane the same IEEE
+ * operations (float to double, times 2^s, plus 1.5*2^52, all exact or
+ * correctly rounded) and the same integer subtraction as the scalar loop.
+ * Measured on a 2-vCPU KVM Xeon (one thread, 124M elements): 130 ms plain,
+ * 70 ms streaming. The caller reads the integers back only after a window
+ * sync or the exchange, so the stores' weak ordering is closed by the fence
+ * here. Returns 0 where it cannot run (not x86-64 with AVX2): the caller then
+ * stores plainly. */
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__((target("avx2"))) static void stream_store_avx2(int64_t *restrict dst, const float *restrict src,
+                                                              int64_t count, double scale) {
+  const double magic = 6755399441055744.0;
+  int64_t magic_bits;
+  memcpy(&magic_bits, &magic, sizeof magic_bits);
+  int64_t i = 0;
+  for (; i < count && ((uintptr_t)(dst + i) & 31u); i++) { /* to a 32-byte boundary */
+    const double y = (double)src[i] * scale + magic;
+    int64_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    dst[i] = bits - magic_bits;
+  }
+  const __m256d vs = _mm256_set1_pd(scale), vm = _mm256_set1_pd(magic);
+  const __m256i vb = _mm256_set1_epi64x(magic_bits);
+  for (; i + 4 <= count; i += 4) {
+    const __m256d y = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(src + i)), vs), vm);
+    _mm256_stream_si256((__m256i *)(void *)(dst + i), _mm256_sub_epi64(_mm256_castpd_si256(y), vb));
+  }
+  for (; i < count; i++) {
+    const double y = (double)src[i] * scale + magic;
+    int64_t bits;
+    memcpy(&bits, &y, sizeof bits);
+    dst[i] = bits - magic_bits;
+  }
+  _mm_sfence();
+}
+#endif
+
+static int64_t stream_min = (int64_t)64 << 20;
+
+int64_t fm__reduce_set_stream_min(int64_t bytes) {
+  const int64_t old = stream_min;
+  stream_min = bytes >= 0 ? bytes : (int64_t)64 << 20;
+  return old;
+}
+
+static bool stream_usable(int64_t acc_bytes) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  return acc_bytes >= stream_min && __builtin_cpu_supports("avx2");
+#else
+  (void)acc_bytes;
+  return false;
+#endif
+}
+
+static int stream_store(int64_t *restrict dst, const float *restrict src, int64_t count, double scale) {
+#if defined(__GNUC__) && defined(__x86_64__)
+  stream_store_avx2(dst, src, count, scale);
+  return 1;
+#else
+  (void)dst, (void)src, (void)count, (void)scale;
+  return 0;
+#endif
+}
+
 void fm_reduce_begin(FmReduce *g) {
   const bool dev_scales = g->d_amax_prev && fm_reduce_on_device(g);
   if (!dev_scales) { /* the host path's scales come from the latest maxima, by the CPU op (one formula) */
@@ -221,6 +292,7 @@ void fm_reduce_begin(FmReduce *g) {
    * rank writes its part of a window that another rank read, every rank has
    * passed a sync after that read. */
   g->fresh = g->exact && !fm_reduce_on_device(g);
+  g->stream = g->fresh && stream_usable(g->P * g->S * (int64_t)sizeof *g->acc);
   if (g->shm && g->acc_read) FM_CHECK(shm_sync(g));
   g->overflow = 0;
   g->nonfinite = 0;
@@ -237,7 +309,7 @@ void fm_reduce_begin(FmReduce *g) {
  * in y's low mantissa bits (exact: v*2^s is a power-of-two scaling, and
  * |v*2^s| < 2^51 by the limit), read back by subtracting M's bit pattern. */
 static float add_block(int64_t *restrict dst, const float *restrict src, int64_t count, int32_t s, int64_t limit,
-                       bool store, int32_t *overflow, int64_t *first_bad) {
+                       bool store, bool stream, int32_t *overflow, int64_t *first_bad) {
   const double scale = ldexp(1.0, s);
   float amax = 0.0f;
   int bad = 0;
@@ -259,6 +331,7 @@ static float add_block(int64_t *restrict dst, const float *restrict src, int64_t
   const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
   int64_t magic_bits;
   memcpy(&magic_bits, &magic, sizeof magic_bits);
+  if (store && stream && stream_store(dst, src, count, scale)) return amax;
   if (store) { /* the step's first micro-batch: no zeroing pass before it (a block it skips for a flag above
                   holds stale integers, but a flagged step's sums are never used) */
     for (int64_t i = 0; i < count; i++) {
@@ -295,7 +368,7 @@ static void quantise_range(FmReduce *g, const float *grad, int r, int64_t lo, in
     int32_t of = 0;
     int64_t bad = -1;
     float a = add_block(g->acc + (int64_t)r * g->S + (i0 - g->lo[r]), grad + i0, i1 - i0, g->exp2[b], g->limit,
-                        g->fresh, &of, &bad);
+                        g->fresh, g->stream, &of, &bad);
     if (a > g->amax[b]) g->amax[b] = a;
     overflow |= of;
     if (bad >= 0 && i0 + bad < first) first = i0 + bad;

@@ -103,11 +103,6 @@ int64_t fm_cpu_xent_scratch(int64_t N, int64_t V);
 /* The CPU GEMM as a line for logs and benchmarks: OpenBLAS's kernel
  * (openblas_get_corename), its build config, and how the CPU ops thread it. */
 const char *fm_cpu_blas_info(void);
-/* A note for the log when the CPU ops' OpenMP threads wait by spinning (libgomp's
- * default: OMP_WAIT_POLICY and GOMP_SPINCOUNT unset) on a virtual machine
- * (cpuid's hypervisor bit) with more than one thread a rank; NULL otherwise.
- * libgomp reads the variables when it loads, so fmhpc can only say so. */
-const char *fm_cpu_omp_wait_note(void);
 
 /* ---- CUDA error messages (src/tensor/cuda_msg.c; in every build, so they
  * are tested without a GPU). Each writes one line (no trailing newline) into

@@ -1028,8 +1028,6 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
       c->run.name, r.kind->name, (long long)fm_model_canon_params(r.model)->numel, (long long)c->train.steps,
       (long long)r.B, (long long)r.T, dp->size, tp->size, r.use_nccl ? "nccl (device buffers) and mpi" : dp->kind,
       (long long)c->parallel.zero, r.red.exact ? "exact" : "fast", where_ops(&r));
-  const char *wait_note = r.be->host_accessible ? fm_cpu_omp_wait_note() : NULL;
-  if (wait_note) fm_log0("%s", wait_note);
 
   FmStepRecord rec = {.step = start};
   const double t0 = fm_now_s();

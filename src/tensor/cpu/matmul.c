@@ -21,10 +21,6 @@
  * SkylakeX with AVX-512, else Haswell. fm_cpu_blas_info reports the kernel
  * and that choice for logs and benchmarks. */
 #include <cblas.h>
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#include <cpuid.h>
-#endif
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,19 +131,6 @@ const char *fm_cpu_blas_info(void) {
   snprintf(info, sizeof info, "OpenBLAS core %s (%s%s); 1 BLAS thread, OpenMP over fixed %dx%d GEMM tiles",
            openblas_get_corename(), openblas_get_config(), pin, FM_GEMM_MB, FM_GEMM_NB);
   return info;
-}
-
-const char *fm_cpu_omp_wait_note(void) {
-  int vm = 0;
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-  unsigned a, b, c, d;
-  vm = __get_cpuid(1, &a, &b, &c, &d) && (c >> 31 & 1u); /* CPUID.1:ECX[31], set by hypervisors */
-#endif
-  if (!vm || omp_get_max_threads() < 2 || getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT")) return NULL;
-  /* README, "Not on how threads wait": measured with bench/step_cpu on a 2-vCPU KVM Xeon. */
-  return "note: the CPU ops run OpenMP threads that spin while idle (OMP_WAIT_POLICY unset) on a virtual machine;"
-         " on a 2-vCPU KVM Xeon, OMP_WAIT_POLICY=passive made the training step 1.15-1.7x faster, with the same"
-         " bits\nhint: export OMP_WAIT_POLICY=passive in the job script, or compare both with bench/step_cpu/run.sh";
 }
 
 void fm__cpu_gemm1(int transA, int transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,

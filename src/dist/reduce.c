@@ -206,8 +206,8 @@ static int shm_sync(FmReduce *g) {
  * Measured on a 2-vCPU KVM Xeon (one thread, 124M elements): 130 ms plain,
  * 70 ms streaming. The caller reads the integers back only after a window
  * sync or the exchange, so the stores' weak ordering is closed by the fence
- * here. Returns 0 where it cannot run (not x86-64 with AVX2): the caller then
- * stores plainly. */
+ * here. stream_usable says where it runs (x86-64 with AVX2); elsewhere
+ * stream_store returns 0 and add_block stores plainly. */
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx2"))) static void stream_store_avx2(int64_t *restrict dst, const float *restrict src,
                                                               int64_t count, double scale) {

@@ -196,18 +196,31 @@ static int shm_sync(FmReduce *g) {
   return fm_comm_shm_sync(g->shm);
 }
 
+/* round(v * 2^s) for the scale 2^s, by the 1.5*2^52 trick (add_block's
+ * comment): y = v*2^s + M leaves the integer in y's low mantissa bits, read
+ * back by subtracting M's bit pattern. Plain + and * under -ffp-contract=off:
+ * the same integer in scalar and vector code. */
+static inline int64_t quantise_one(float v, double scale) {
+  const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+  int64_t magic_bits, bits;
+  memcpy(&magic_bits, &magic, sizeof magic_bits);
+  const double y = (double)v * scale + magic;
+  memcpy(&bits, &y, sizeof bits);
+  return bits - magic_bits;
+}
+
 /* The store pass of add_block with streaming (non-temporal) stores, where
  * the accumulator is too large for the caches (stream_min bytes and up): a
  * plain store first reads each destination line it will overwrite whole, so
  * 8 bytes stored cost 16 of memory traffic; a streaming store writes the line
- * without reading it. The integers are the same: per lane the same IEEE
- * operations (float to double, times 2^s, plus 1.5*2^52, all exact or
- * correctly rounded) and the same integer subtraction as the scalar loop.
- * Measured on a 2-vCPU KVM Xeon (one thread, 124M elements): 130 ms plain,
- * 70 ms streaming. The caller reads the integers back only after a window
- * sync or the exchange, so the stores' weak ordering is closed by the fence
- * here. stream_usable says where it runs (x86-64 with AVX2); elsewhere
- * stream_store returns 0 and add_block stores plainly. */
+ * without reading it. The integers are quantise_one's: per lane the same
+ * IEEE operations (float to double, times 2^s, plus 1.5*2^52, all exact or
+ * correctly rounded) and the same integer subtraction. Measured on a 2-vCPU
+ * KVM Xeon (one thread, 124M elements): 130 ms plain, 70 ms streaming. The
+ * caller reads the integers back only after a window sync or the exchange,
+ * so the stores' weak ordering is closed by the fence here. stream_usable
+ * says where it runs (x86-64 with AVX2); elsewhere stream_store stores
+ * plainly. */
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx2"))) static void stream_store_avx2(int64_t *restrict dst, const float *restrict src,
                                                               int64_t count, double scale) {
@@ -215,24 +228,14 @@ __attribute__((target("avx2"))) static void stream_store_avx2(int64_t *restrict 
   int64_t magic_bits;
   memcpy(&magic_bits, &magic, sizeof magic_bits);
   int64_t i = 0;
-  for (; i < count && ((uintptr_t)(dst + i) & 31u); i++) { /* to a 32-byte boundary */
-    const double y = (double)src[i] * scale + magic;
-    int64_t bits;
-    memcpy(&bits, &y, sizeof bits);
-    dst[i] = bits - magic_bits;
-  }
+  for (; i < count && ((uintptr_t)(dst + i) & 31u); i++) dst[i] = quantise_one(src[i], scale); /* to 32 bytes */
   const __m256d vs = _mm256_set1_pd(scale), vm = _mm256_set1_pd(magic);
   const __m256i vb = _mm256_set1_epi64x(magic_bits);
   for (; i + 4 <= count; i += 4) {
     const __m256d y = _mm256_add_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(src + i)), vs), vm);
     _mm256_stream_si256((__m256i *)(void *)(dst + i), _mm256_sub_epi64(_mm256_castpd_si256(y), vb));
   }
-  for (; i < count; i++) {
-    const double y = (double)src[i] * scale + magic;
-    int64_t bits;
-    memcpy(&bits, &y, sizeof bits);
-    dst[i] = bits - magic_bits;
-  }
+  for (; i < count; i++) dst[i] = quantise_one(src[i], scale);
   _mm_sfence();
 }
 #endif
@@ -254,13 +257,11 @@ static bool stream_usable(int64_t acc_bytes) {
 #endif
 }
 
-static int stream_store(int64_t *restrict dst, const float *restrict src, int64_t count, double scale) {
+static void stream_store(int64_t *restrict dst, const float *restrict src, int64_t count, double scale) {
 #if defined(__GNUC__) && defined(__x86_64__)
   stream_store_avx2(dst, src, count, scale);
-  return 1;
 #else
-  (void)dst, (void)src, (void)count, (void)scale;
-  return 0;
+  for (int64_t i = 0; i < count; i++) dst[i] = quantise_one(src[i], scale);
 #endif
 }
 
@@ -328,26 +329,16 @@ static float add_block(int64_t *restrict dst, const float *restrict src, int64_t
     *overflow = 1;
     return amax;
   }
-  const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
-  int64_t magic_bits;
-  memcpy(&magic_bits, &magic, sizeof magic_bits);
-  if (store && stream && stream_store(dst, src, count, scale)) return amax;
-  if (store) { /* the step's first micro-batch: no zeroing pass before it (a block it skips for a flag above
-                  holds stale integers, but a flagged step's sums are never used) */
-    for (int64_t i = 0; i < count; i++) {
-      const double y = (double)src[i] * scale + magic;
-      int64_t bits;
-      memcpy(&bits, &y, sizeof bits);
-      dst[i] = bits - magic_bits;
-    }
+  if (store && stream) {
+    stream_store(dst, src, count, scale);
     return amax;
   }
-  for (int64_t i = 0; i < count; i++) {
-    const double y = (double)src[i] * scale + magic;
-    int64_t bits;
-    memcpy(&bits, &y, sizeof bits);
-    dst[i] += bits - magic_bits;
+  if (store) { /* the step's first micro-batch: no zeroing pass before it (a block it skips for a flag above
+                  holds stale integers, but a flagged step's sums are never used) */
+    for (int64_t i = 0; i < count; i++) dst[i] = quantise_one(src[i], scale);
+    return amax;
   }
+  for (int64_t i = 0; i < count; i++) dst[i] += quantise_one(src[i], scale);
   return amax;
 }
 

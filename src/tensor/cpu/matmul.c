@@ -75,9 +75,9 @@ static int pre_avx2_kernel(const char *core) {
  * which __builtin_cpu_supports also requires. Measured on that Emerald Rapids
  * Xeon (one thread, 256 x 768 x 768 sgemm, the tile): Prescott 22 GFLOP/s,
  * Haswell 61-74, SkylakeX 105-110, Cooperlake 118-130; the GPT-2 124M step
- * (bench/step_cpu, T 256, 2 threads, two rounds) 1.39x and 1.69x faster with
- * Cooperlake than with Haswell, the nano Llama's 1.04-1.08x (small GEMMs). */
-/* *has: the CPU features that chose it, for the log. */
+ * (bench/step_cpu after ace27f7, T 256, 2 threads, two rounds) 1.37x and
+ * 1.61x faster with Cooperlake than with Haswell, the nano Llama's
+ * 1.20-1.44x. *has: the CPU features that chose it, for the log. */
 static const char *fallback_kernel(const char **has) {
 #if defined(__GNUC__) && defined(__x86_64__)
   int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&

@@ -16,6 +16,7 @@ set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3 tp=${4:-1}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$work"
+source "$repo/tests/prune.sh"
 W=multinode_tp$tp
 rm -rf "$W"; mkdir -p "$W"
 [ -s data/linuxdoc_128/train.json ] || { echo "FAIL: no prepped data in $work (run prep_nano first)"; exit 1; }
@@ -69,4 +70,5 @@ else
   run tp_dp2_across $((2 * tp)) 99
   same tp_one_node tp_dp2_across
 fi
+fm_prune "$W"
 echo "PASS: multinode tp=$tp"

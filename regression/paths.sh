@@ -22,6 +22,7 @@ fmhpc=$1 mpiexec=$2 work=$3 case=$4
 repo=$(cd "$(dirname "$0")/.." && pwd)
 py=/usr/bin/python3
 cd "$work"
+source "$repo/tests/prune.sh"
 dir=paths/$case
 rm -rf "$dir"; mkdir -p "$dir"
 deck=$repo/inputs/llama_nano.in
@@ -100,4 +101,5 @@ print(f"ok: c=bf16 losses 1-3 within {d:.2e} of fp32's, not equal (step 1: {b[0]
 PY
     ;;
 esac
+fm_prune "$dir"
 echo "PASS: paths $case"

@@ -16,6 +16,7 @@ set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3
 repo=$(cd "$(dirname "$0")/.." && pwd)
 source "$repo/tests/oracle.sh"
+source "$repo/tests/prune.sh"
 fm_need_py h5py python3-h5py
 cd "$work"
 common=(train%steps=40 train%global_batch=12 train%micro_batch=1 optim%warmup_steps=5 eval%every=0
@@ -85,4 +86,5 @@ fi
 grep -q '^  params/wte ' "$R/h5py.txt" && grep -q '^  optim/v/wte ' "$R/h5py.txt" && tail -1 "$R/h5py.txt" ||
   { echo "FAIL: h5py did not list params/wte"; fail=1; }
 [ $fail -eq 0 ] || exit 1
+fm_prune "$R"
 echo "PASS: resume"

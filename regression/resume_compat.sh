@@ -17,6 +17,7 @@ set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$work"
+source "$repo/tests/prune.sh"
 R=resume_compat
 rm -rf "$R"; mkdir -p "$R"
 long=$(printf 'p%.0s' $(seq 70000))
@@ -97,4 +98,5 @@ with h5py.File(sys.argv[3], "r") as f:
     assert int(f.attrs["samples"]) == 12, f"step 4 stores {int(f.attrs['samples'])} samples"
 print("ok: B 4 -> 2 continues at slot 8 with the same samples", sorted(got), "; step 4 stores 12 samples")
 PY
+fm_prune "$R"
 echo "PASS: resume_compat"

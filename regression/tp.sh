@@ -23,6 +23,7 @@ set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3 case=$4
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$work"
+source "$repo/tests/prune.sh"
 Z=tp
 mkdir -p "$Z"
 common=(train%steps=10 train%global_batch=2 train%micro_batch=1 optim%warmup_steps=2 eval%every=0 "data%valid=''"
@@ -82,6 +83,7 @@ llama)
   cmp "$Z/l_tp2/final/model.safetensors" "$Z/l_dp2tp2/final/model.safetensors" ||
     { echo "FAIL: the HF exports of dp 1 x tp 2 and dp 2 x tp 2 differ"; exit 1; }
   echo "ok: the HF export (tp shards gathered) is byte for byte the same at dp 1 and 2"
+  fm_prune "$Z"/l_tp* "$Z/l_dp2tp2/final" # l_dp2tp2/ckpt: regression.tp_resume reads it
   ;;
 gpt2)
   run g_tp1 1 gpt2_nano
@@ -94,6 +96,7 @@ gpt2)
   near g_tp1 g_tp4 "gpt2 tp 4 vs tp 1"
   same g_tp2 g_tp2_again "gpt2 tp 2 run to run"
   same g_tp4 g_tp4_again "gpt2 tp 4 run to run"
+  fm_prune "$Z"/g_tp*
   ;;
 resume)
   ck="$Z/l_dp2tp2/ckpt/step_00000005.h5"
@@ -126,6 +129,7 @@ PY
   fi
   grep -q "tp.*valid tp values are 1, 2, 4" "$Z/bad.log" || { cat "$Z/bad.log" | tail -5; echo "FAIL: no deck error naming 1, 2, 4"; exit 1; }
   echo "ok: tp = 3 is a deck error: $(grep -m1 'valid tp values' "$Z/bad.log")"
+  fm_prune "$Z"/r_tp* "$Z/bad" "$Z/l_dp2tp2"
   ;;
 *) echo "tp.sh: unknown case $case"; exit 2 ;;
 esac

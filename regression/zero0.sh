@@ -9,6 +9,7 @@ set -euo pipefail
 fmhpc=$1 mpiexec=$2 work=$3
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$work"
+source "$repo/tests/prune.sh"
 Z=zero0
 rm -rf "$Z"; mkdir -p "$Z"
 common=(train%steps=6 train%global_batch=4 train%micro_batch=1 optim%warmup_steps=1 eval%every=0 "data%valid=''"
@@ -43,4 +44,5 @@ from=3 same z0 z0r "AdamW, zero 0 resumed at step 3 (steps 4-6)"
 run s1 2 parallel%zero=1 "optim%name='sophia'" optim%sophia_k=2
 run s0 2 parallel%zero=0 "optim%name='sophia'" optim%sophia_k=2
 same s1 s0 "Sophia, zero 1 vs 0 at 2 ranks"
+fm_prune "$Z"
 echo "PASS: zero0"

@@ -19,6 +19,7 @@
 # Exit 77 (skip; a failure when CI=true) only when slurmctld or munged is not installed.
 set -euo pipefail
 source "$(dirname "$0")/../oracle.sh"
+source "$(dirname "$0")/../prune.sh"
 [ $# -eq 6 ] || { echo "usage: $0 CASE FMHPC CLUSTER REPO DATA WORK" >&2; exit 2; }
 case_=$1 fmhpc=$2 cluster=$3 repo=$4 data=$5 work=$6
 for exe in slurmctld munged; do
@@ -165,4 +166,9 @@ two_nodes)
   ;;
 *) echo "unknown case $case_" >&2; exit 2 ;;
 esac
+if [ "$case_" = sbatch_nano ]; then
+  fm_prune "$jobdir/run/ckpt" # the others compare their final/model.safetensors with its
+else
+  fm_prune "$jobdir"
+fi
 echo "PASS: slurm.$case_ ($(( $(date +%s) - t0 )) s)"

@@ -10,6 +10,7 @@
 # Exit 77 (skip; a failure when CI=true) only when slurmctld or munged is not installed.
 set -euo pipefail
 source "$(dirname "$0")/../oracle.sh"
+source "$(dirname "$0")/../prune.sh"
 [ $# -eq 4 ] || { echo "usage: $0 FMHPC CLUSTER REPO WORK" >&2; exit 2; }
 fmhpc=$1 cluster=$2 repo=$3 work=$4
 for exe in slurmctld munged; do fm_need_cmd "$exe" "slurm-wlm and munge"; done
@@ -41,4 +42,5 @@ grep -Eq "^multinode_tp2_dp2 +PASS " "$o" || fail "multinode_tp2_dp2 did not PAS
 grep -q "across-node placement of 4 ranks: 2 n1 2 n2" "$jobdir/w/logs/multinode_tp2_dp2.log" ||
   fail "multinode_tp2_dp2's ranks were not two on each node: $(grep placement "$jobdir/w/logs/multinode_tp2_dp2.log")"
 echo "tp 2 inside each node x dp 2 across nodes: the same bits as tp 2 on one node"
+fm_prune "$jobdir"
 echo "PASS: slurm.suite_short ($(( $(date +%s) - t0 )) s)"

@@ -357,8 +357,11 @@ int main(int argc, char **argv) {
   const FmTensorTable *tab = fm_model_params(m);
   FmOptimParams op = {.kind = fm_optim_find("adamw"), .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
   FmOptim *opt = fm_optim_create(&op, tab, 0, tab->numel, stderr);
-  /* The exact reduction at one rank: its local passes (quantise into int64,
-   * convert back, gather); the exchange between ranks is bench/reduce's. */
+  /* The exact reduction at one rank: its local passes, as fmhpc makes them
+   * there (the gradient given as buckets; train.c gives them during the
+   * backward, here one after it): the checks, one pass from the gradient to
+   * its quantised shard (reduce.c, requant_range), the gather. The exchange
+   * between ranks is bench/reduce's. */
   FmComm *comm = fm_comm_mpi_create(MPI_COMM_WORLD);
   FmReduce red;
   fm_reduce_create(&red, tab->numel, 1, true, comm);
@@ -393,11 +396,11 @@ int main(int argc, char **argv) {
     /* not part of the step timed against PyTorch (one process has nothing to exchange) */
     double r0 = now();
     fm_reduce_begin(&red);
-    fm_reduce_add(&red, fm_model_grad_arena(m));
+    fm_reduce_bucket(&red, fm_model_grad_arena(m), 0, tab->numel);
     bool nonfinite;
     while (fm_reduce_finish(&red, fm_model_grad_arena(m), shard, &nonfinite)) {
       fm_reduce_begin(&red);
-      fm_reduce_add(&red, fm_model_grad_arena(m));
+      fm_reduce_bucket(&red, fm_model_grad_arena(m), 0, tab->numel);
     }
     memcpy(wcopy, fm_model_param_arena(m), (size_t)tab->numel * sizeof *wcopy);
     fm_reduce_allgather(&red, wcopy);

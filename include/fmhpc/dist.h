@@ -100,6 +100,8 @@ typedef struct FmReduce {
                              others' gather */
   float *gather;          /* (S) with shm: this rank's part of the parameter all-gather */
   int64_t bucketed;       /* elements of the step's last micro-batch given by fm_reduce_bucket */
+  const float *deferred;  /* one rank, the step's only micro-batch given by buckets: its gradient, checked there
+                             and turned into the shard by fm_reduce_finish in one pass (no int64 store; reduce.c) */
   float *sendf, *shardf;  /* (P*S, exact: S), (P*S) staging (fast mode; the all-gather at P > 1 where the
                              in-place one cannot run: at create, or once on first use for the max_count knob) */
   int *ag_count, *ag_displ; /* (P) each rank's range for the in-place all-gather (P > 1, no window, n <= INT_MAX) */
@@ -180,7 +182,10 @@ void fm_reduce_add_device(FmReduce *g, const float *dgrad);
  * bits are those of fm_reduce_add + fm_reduce_finish: integer sums are exact
  * in any order, and the overflow / NaN decisions are still taken over all
  * ranks in fm_reduce_finish (an exchange started before a redo is drained
- * and dropped). */
+ * and dropped). At one rank, when no fm_reduce_add came before in the step,
+ * the buckets only check their ranges (maxima, flags) and fm_reduce_finish,
+ * which must then be given the same `grad`, unchanged since, quantises and
+ * dequantises in one pass: the same bits, a quarter of the memory traffic. */
 void fm_reduce_bucket(FmReduce *g, const float *grad, int64_t lo, int64_t hi);
 /* Finish: reduce over ranks and write this rank's shard of the summed
  * gradient (hi - lo floats) to shard_out. Fast mode reads the model's

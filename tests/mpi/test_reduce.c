@@ -514,3 +514,70 @@ FM_TEST(one_microbatch_per_rank_bucketed) {
     fm_reduce_free(&red);
   }
 }
+
+/* One micro-batch per rank given by buckets with full-mantissa values (their
+ * quantisation rounds): at one rank the buckets only check and
+ * fm_reduce_finish quantises and dequantises in one pass (reduce.c,
+ * requant_range); it must give fm_reduce_add's bits, and the same redo after
+ * an overflow and the same first NaN. At more ranks both take the stored path
+ * (the comparison still holds). */
+static void fill_mixed(float *g, int64_t m) { /* every third value 2^30 smaller: its block's scale rounds it */
+  fill(g, m);
+  for (int64_t i = 0; i < NPARAM; i += 3) g[i] = ldexpf(g[i], -30);
+}
+
+FM_TEST(one_rank_deferred_matches_stored_bitwise) {
+  FmComm *c = world();
+  FmReduce a, b;
+  FM_REQUIRE(fm_reduce_create(&a, NPARAM, c->size, true, c) == 0);
+  FM_REQUIRE(fm_reduce_create(&b, NPARAM, c->size, true, c) == 0);
+  float *grad = fm_xcalloc(NPARAM, sizeof *grad), *sa = fm_xcalloc((size_t)a.S, sizeof *sa),
+        *sb = fm_xcalloc((size_t)b.S, sizeof *sb);
+  const int64_t len = fm_reduce_hi(&a) - fm_reduce_lo(&a);
+  struct {
+    float big;     /* at element 5 of rank 0's micro-batch: an overflow, redone */
+    int64_t nan_i; /* a NaN there (< 0: none) */
+  } steps[] = {{0, -1}, {1e12f, -1}, {0, 131070}, {0, -1}};
+  rough = 1;
+  int64_t rounded = 0;
+  for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+    bool na = false, nb = false, deferred = false;
+    const int64_t redone = a.redone;
+    memset(sa, 0xAB, (size_t)a.S * sizeof *sa);
+    memset(sb, 0xCD, (size_t)b.S * sizeof *sb);
+    do {
+      fm_reduce_begin(&a);
+      fill_mixed(grad, (int64_t)s * c->size + c->rank);
+      if (c->rank == 0 && steps[s].big != 0) grad[5] = steps[s].big;
+      if (c->rank == 0 && steps[s].nan_i >= 0) grad[steps[s].nan_i] = NAN;
+      fm_reduce_add(&a, grad);
+    } while (fm_reduce_finish(&a, grad, sa, &na));
+    do {
+      fm_reduce_begin(&b);
+      fill_mixed(grad, (int64_t)s * c->size + c->rank);
+      if (c->rank == 0 && steps[s].big != 0) grad[5] = steps[s].big;
+      if (c->rank == 0 && steps[s].nan_i >= 0) grad[steps[s].nan_i] = NAN;
+      for (int k = NCUTS - 1; k > 0; k--) fm_reduce_bucket(&b, grad, cuts[k - 1], cuts[k]);
+      deferred = b.deferred != NULL;
+    } while (fm_reduce_finish(&b, grad, sb, &nb));
+    FM_EXPECT(deferred == (c->size == 1));
+    FM_EXPECT(na == (steps[s].nan_i >= 0));
+    FM_EXPECT(nb == na);
+    if (steps[s].big != 0) FM_EXPECT(a.redone > redone);
+    FM_EXPECT_EQ_INT(b.redone, a.redone);
+    if (na) {
+      FM_EXPECT_EQ_INT(b.first_bad, a.first_bad);
+    } else {
+      FM_EXPECT(memcmp(sa, sb, (size_t)len * sizeof *sa) == 0);
+      for (int64_t i = 0; c->size == 1 && i < len; i++) rounded += sa[i] != grad[i];
+    }
+    FM_EXPECT(memcmp(a.amax_prev, b.amax_prev, (size_t)a.nblocks * sizeof *a.amax_prev) == 0);
+  }
+  if (c->size == 1) FM_EXPECT(rounded > 1000); /* the sums are the quantised values, not the inputs */
+  rough = 0;
+  free(grad);
+  free(sa);
+  free(sb);
+  fm_reduce_free(&a);
+  fm_reduce_free(&b);
+}

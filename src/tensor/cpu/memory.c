@@ -5,6 +5,7 @@
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
 #endif
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +38,23 @@ int fm_cpu_device_mem(int64_t *free_bytes, int64_t *total_bytes) {
   return FM_ENODEV;
 }
 
+/* Large fills (zero_grad: 496 MB for GPT-2 124M) split over the OpenMP
+ * threads in 64-byte-aligned pieces: one thread's memset measured 8.7 GB/s,
+ * two 16-18 GB/s on a 2-vCPU VM. Inside a parallel region, one memset. */
+enum { PAR_MEMSET_MIN = 1 << 20 };
 void fm_cpu_memset(void *p, int value, int64_t bytes) {
-  if (bytes > 0) memset(p, value, (size_t)bytes);
+  if (bytes <= 0) return;
+  if (bytes < PAR_MEMSET_MIN || omp_in_parallel() || omp_get_max_threads() < 2) {
+    memset(p, value, (size_t)bytes);
+    return;
+  }
+#pragma omp parallel
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t piece = (bytes / nt + 63) & ~(int64_t)63;
+    const int64_t a = piece * t, e = a + piece < bytes ? a + piece : bytes;
+    if (a < e) memset((char *)p + a, value, (size_t)(e - a));
+  }
 }
 
 void fm_cpu_copy(void *dst, const void *src, int64_t bytes) {

@@ -200,8 +200,9 @@ static int shm_sync(FmReduce *g) {
  * comment): y = v*2^s + M leaves the integer in y's low mantissa bits, read
  * back by subtracting M's bit pattern. Plain + and * under -ffp-contract=off:
  * the same integer in scalar and vector code. */
+#define QUANT_MAGIC 6755399441055744.0 /* 1.5 * 2^52 */
 static inline int64_t quantise_one(float v, double scale) {
-  const double magic = 6755399441055744.0; /* 1.5 * 2^52 */
+  const double magic = QUANT_MAGIC;
   int64_t magic_bits, bits;
   memcpy(&magic_bits, &magic, sizeof magic_bits);
   const double y = (double)v * scale + magic;
@@ -224,7 +225,7 @@ static inline int64_t quantise_one(float v, double scale) {
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__((target("avx2"))) static void stream_store_avx2(int64_t *restrict dst, const float *restrict src,
                                                               int64_t count, double scale) {
-  const double magic = 6755399441055744.0;
+  const double magic = QUANT_MAGIC;
   int64_t magic_bits;
   memcpy(&magic_bits, &magic, sizeof magic_bits);
   int64_t i = 0;
@@ -550,12 +551,13 @@ static void dequant_range(const FmReduce *g, const int64_t *sum, float *out, int
 /* The deferred path (one rank, one micro-batch: fm_reduce_bucket): out[i]
  * from grad[i] as quantise_one then dequant_range would give it, in one pass
  * (block scale 2^s). y = v*2^s + 1.5*2^52 as in quantise_one; y - 1.5*2^52
- * is that integer exactly, as a double (|integer| <= limit < 2^51: y and the
- * constant lie in one binade), so (y - 1.5*2^52) * 2^-s is dequant_range's
- * (double)integer * 2^-s, rounded once to float: the same bits, with no
- * int64 conversion (which AVX2 lacks) and no 8-byte store and load. */
+ * is that integer exactly, as a double (|integer| <= limit <= 2^51: y and
+ * the constant lie within a factor of 2, Sterbenz), so (y - 1.5*2^52) * 2^-s
+ * is dequant_range's (double)integer * 2^-s, rounded once to float: the same
+ * bits, with no int64 conversion (which AVX2 lacks) and no 8-byte store and
+ * load. */
 static void requant_range(int32_t s, const float *grad, float *out, int64_t i0, int64_t i1) {
-  const double magic = 6755399441055744.0, scale = ldexp(1.0, s), inv = ldexp(1.0, -s);
+  const double magic = QUANT_MAGIC, scale = ldexp(1.0, s), inv = ldexp(1.0, -s);
   for (int64_t i = i0; i < i1; i++) out[i] = (float)((((double)grad[i] * scale + magic) - magic) * inv);
 }
 
@@ -634,24 +636,20 @@ int fm_reduce_finish(FmReduce *g, const float *grad, float *shard_out, bool *non
   if (g->shm) {
     FM_CHECK(shm_sync(g)); /* every rank's accumulator complete */
     shm_owner_sum(g, shard_out);
-  } else if (g->deferred) {
-    if (grad != g->deferred)
-      fm_abort_one(1, "fm_reduce_finish: not the gradient fm_reduce_bucket was given (a programming error)");
-    const int64_t nb = (len + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
-#pragma omp parallel for schedule(static) if (nb > 1)
-    for (int64_t b = 0; b < nb; b++) {
-      const int64_t i0 = b * FM_DIST_BLOCK, i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
-      requant_range(g->exp2[b], grad, shard_out, i0, i1);
-    }
-    g->deferred = NULL;
   } else if (g->P == 1 || (g->bucketed && g->osum)) { /* one rank: its slot is the sum; buckets: summed into it */
+    if (g->deferred && grad != g->deferred)
+      fm_abort_one(1, "fm_reduce_finish: not the gradient fm_reduce_bucket was given (a programming error)");
     const int64_t *sum = g->acc + (int64_t)g->r * g->S;
     const int64_t nb = (len + FM_DIST_BLOCK - 1) / FM_DIST_BLOCK;
 #pragma omp parallel for schedule(static) if (nb > 1)
     for (int64_t b = 0; b < nb; b++) { /* each element on its own: any split */
       const int64_t i0 = b * FM_DIST_BLOCK, i1 = i0 + FM_DIST_BLOCK < len ? i0 + FM_DIST_BLOCK : len;
-      dequant_range(g, sum, shard_out, i0, i1);
+      if (g->deferred) /* one rank (lo 0): block b's scale, from the gradient itself */
+        requant_range(g->exp2[b], grad, shard_out, i0, i1);
+      else
+        dequant_range(g, sum, shard_out, i0, i1);
     }
+    g->deferred = NULL;
   } else { /* the ring: each piece of the sums becomes floats as soon as it is final, while in cache */
     Dequant dq = {g, g->acc_shard, shard_out, len};
     FM_CHECK(fm_comm_ring_reduce_scatter_i64(g->ring, g->acc, g->acc_shard, dequant_piece, &dq));

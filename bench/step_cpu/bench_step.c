@@ -441,11 +441,11 @@ int main(int argc, char **argv) {
   const double other[] = {phase[0] / st, ot, reduce_s / st};
   const char *const other_name[] = {"zero_grad", "optimizer (AdamW)", "reduce (exact, 1 rank)"};
   /* zero_grad writes the gradients; AdamW reads w, g, m, v and writes w, m, v;
-   * the exact reduction at one rank quantises g into an int64 accumulator
-   * (4 + 8: the first micro-batch stores, no zeroing pass), reads it into
-   * the fp32 shard (8 + 4), and this loop copies w for the all-gather
-   * (4 + 4; one rank's all-gather itself moves nothing). */
-  const double other_bytes[] = {4.0 * P, 28.0 * P, 32.0 * P};
+   * the exact reduction at one rank (its deferred path, reduce.c) reads g
+   * to check each block's range (4), reads it again into the quantised fp32
+   * shard (4 + 4), and this loop copies w for the all-gather (4 + 4; one
+   * rank's all-gather itself moves nothing). */
+  const double other_bytes[] = {4.0 * P, 28.0 * P, 20.0 * P};
   print_profile(st, mean, peak, bw, other, other_name, other_bytes, 3);
   free(shard), free(wcopy), free(tok), free(tgt), free(pos), free(w);
   fm_reduce_free(&red);

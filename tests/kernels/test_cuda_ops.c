@@ -987,6 +987,7 @@ FM_TEST(quant_add_vs_reduce_add) {
   FmComm comm;
   memset(&comm, 0, sizeof comm);
   comm.size = 3;
+  comm.kind = "none"; /* a stand-in: no collective is called (fm_reduce_create asks the kind) */
   FmReduce r;
   FM_REQUIRE(fm_reduce_create(&r, n, 2, true, &comm) == 0);
   fm_reduce_begin(&r);

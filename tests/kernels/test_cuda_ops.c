@@ -160,6 +160,10 @@ FM_TEST(cuda_memory_ops) {
   free(host);
   free(want);
   free(back);
+  char name[256] = "";
+  FM_EXPECT_EQ_INT(g->device_name(name, sizeof name), FM_OK);
+  FM_EXPECT(strlen(name) > 0);
+  printf("device_name: %s\n", name);
 }
 
 /* ---- GELU, SwiGLU ------------------------------------------------------------------ */

@@ -38,6 +38,11 @@ int fm_cpu_device_mem(int64_t *free_bytes, int64_t *total_bytes) {
   return FM_ENODEV;
 }
 
+int fm_cpu_device_name(char *buf, int64_t cap) {
+  if (buf && cap > 0) buf[0] = '\0';
+  return FM_ENODEV;
+}
+
 /* Large fills (zero_grad: 496 MB for GPT-2 124M) split over the OpenMP
  * threads in 64-byte-aligned pieces: one thread's memset measured 8.7 GB/s,
  * two 16-18 GB/s on a 2-vCPU VM. Inside a parallel region, one memset. */

@@ -112,6 +112,19 @@ extern "C" int fm_cuda_device_mem(int64_t *free_bytes, int64_t *total_bytes) {
   return t > 0 ? FM_OK : FM_ENODEV;
 }
 
+extern "C" int fm_cuda_device_name(char *buf, int64_t cap) {
+  if (!buf || cap <= 0) return FM_EINVAL;
+  buf[0] = '\0';
+  int dev = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) {
+    (void)cudaGetLastError(); /* leave no error behind for the next CUDA call */
+    return FM_ENODEV;
+  }
+  snprintf(buf, (size_t)cap, "%s", prop.name);
+  return FM_OK;
+}
+
 extern "C" void fm_cuda_free(void *p) {
   if (p) FM_CUDA_CHECK(cudaFree(p));
 }

@@ -1,5 +1,5 @@
-/* emu_memory.cu: the emulated device's labelled allocation and memory query
- * (the alloc_for and device_mem ops of the emulated table; memory.cu, the
+/* emu_memory.cu: the emulated device's labelled allocation, memory query and
+ * name (the alloc_for, device_mem and device_name ops of the emulated table; memory.cu, the
  * real ones, is the CUDA runtime itself and is not emulated). The device's
  * size is FMHPC_EMU_DEVICE_MEM (src/tensor/cuda/emu/simt.cpp counts the bytes
  * in use): an allocation beyond it gets the report a GPU run gets
@@ -16,6 +16,12 @@ extern "C" int fm_simt_device_mem(int64_t *free_bytes, int64_t *total_bytes) {
   if (free_bytes) *free_bytes = limit < 0 ? -1 : (limit > used ? limit - used : 0);
   if (total_bytes) *total_bytes = limit;
   return limit < 0 ? FM_ENODEV : FM_OK;
+}
+
+extern "C" int fm_simt_device_name(char *buf, int64_t cap) {
+  if (!buf || cap <= 0) return FM_EINVAL;
+  snprintf(buf, (size_t)cap, "SIMT emulator");
+  return FM_OK;
 }
 
 extern "C" void *fm_simt_alloc_for(int64_t bytes, const char *label, int64_t plan_bytes) {

@@ -880,6 +880,12 @@ FM_TEST(device_memory_limit) {
   FM_EXPECT_EQ_INT(fm_mem_plan_get(FM_MEM_ACT), 12345);
   FM_EXPECT(strcmp(fm_mem_item_name(FM_MEM_ACT), "the activations") == 0);
   unsetenv("FMHPC_EMU_DEVICE_MEM");
+  /* device_name: what MFU's peak is looked up by (train.c) */
+  char name[64] = "x";
+  FM_EXPECT_EQ_INT(emu.device_name(name, sizeof name), FM_OK);
+  FM_EXPECT_EQ_STR(name, "SIMT emulator");
+  FM_EXPECT_EQ_INT(fm_backend_cpu()->device_name(name, sizeof name), FM_ENODEV);
+  FM_EXPECT_EQ_STR(name, "");
 }
 
 FM_TEST(memory_ops) {
@@ -923,6 +929,7 @@ static const char *const tested[] = {
     /* device_memory_limit; emu.train_oom (the report past the size) */
     "alloc_for",
     "device_mem",
+    "device_name",
     /* elementwise_bitwise */
     "gelu_fwd",
     "gelu_bwd",

@@ -13,6 +13,8 @@
 #               6912, V 100000, T 2048, recompute, bf16 compute) 3 steps of 16
 #               sequences (micro-batches of 4) twice: the same loss bits; the
 #               steady-state step's time, tokens/s and MFU (metrics.jsonl)
+#   1p2b_b8, 1p2b_norecompute   the same 3 steps once with micro-batches of 8,
+#               and of 4 without recompute: their step 3 (INFO, for tuning)
 # Trying the script on a machine without a GPU: BACKEND=cpu SKIP_1P2B=1.
 set -uo pipefail
 fmhpc=$1 fx=$2 work=$3
@@ -106,6 +108,19 @@ print(f"INFO 1p2b step {last['step']}: {last['step_s'] * 1e3:.0f} ms, {last['tok
       f"MFU {100 * last['mfu']:.1f}% (compute {last['compute_s'] * 1e3:.0f} ms, update {last['update_s'] * 1e3:.0f} ms, "
       f"data {last['data_s'] * 1e3:.1f} ms); step 1 {steps[0]['step_s'] * 1e3:.0f} ms")
 PY
-  grep -E 'backend:|device memory|memory|peak' "$work/1p2b_b.log" | head -n 8 | sed 's/^/INFO 1p2b log: /'
+  grep -E '^(backend|comm|model|MFU):? ' "$work/1p2b_b.log" | sed 's/^/INFO 1p2b log: /'
+  for v in "b8 train%micro_batch=8" "norecompute model%recompute=F"; do
+    # shellcheck disable=SC2086 # two words: the name and the override
+    set -- $v
+    run "1p2b_$1" 150 "${big[@]}" "$2" || { fail=1; continue; }
+    rm -rf "$work/1p2b_$1/final"
+    python3 - "$work/1p2b_$1/metrics.jsonl" "$1" <<'PY'
+import json, sys
+last = [r for r in map(json.loads, open(sys.argv[1])) if r["record"] == "step"][-1]
+print(f"INFO 1p2b_{sys.argv[2]} step {last['step']}: {last['step_s'] * 1e3:.0f} ms, {last['tokens_per_s']:.0f} tokens/s, "
+      f"MFU {100 * last['mfu']:.1f}%")
+PY
+    grep -E '^model ' "$work/1p2b_$1.log" | sed "s/^/INFO 1p2b_$1 log: /"
+  done
 fi
 exit $fail

@@ -5,26 +5,29 @@
 #   BUILD_DIR=/tmp/b JOBS=8 CUDA_ARCHS=90 CMAKE_ARGS="-DFMHPC_WERROR=ON" regression/gpu/check.sh
 #     prints the GPU, driver and toolkit; configures a Release build with the
 #     CUDA backend required (FMHPC_CUDA=ON) in build-gpu and builds only what
-#     the check runs (fmhpc, test_cuda_ops); prints each kernel's registers,
+#     the check runs (fmhpc, the test_cuda_* binaries, bench_step_gpu); prints each kernel's registers,
 #     shared memory and spills from ptxas (-Xptxas -v); runs the ctest label
 #     `gpu` (tests/kernels: each CUDA op against the CPU op at its stated
 #     tolerance, bitwise where promised; cuda_backend_table: a slot is NULL
 #     exactly where ops.def says nocuda; NCCL at one rank) and prints one line
 #     per test: name, pass/fail/skip, seconds; then times the tensor-core
-#     attention at the 1.2B shapes (test_cuda_ops attention_flash_timing).
+#     attention at the 1.2B shapes (test_cuda_ops attention_flash_timing) and
+#     the 1.2B training step with its per-op profile against the device's
+#     roofs (bench/step_gpu/bench_step_gpu.c).
 #   regression/gpu/check.sh --prebuilt .gpu/prebuilt.tar.xz [LOGS]
 #     for a GPU machine without MPI, HDF5 or OpenBLAS (the lent H200): the
 #     binaries, libraries and fixtures regression/gpu/pack.sh made on a build
 #     machine. Installs Open MPI's component tree only where none is, finds
 #     the machine's CUDA and NCCL libraries, runs every gpu-label test binary's
-#     cases one by one (the same table), the attention timing, then
-#     refs.py (transformers loads fmhpc's HF exports and gives its logits;
+#     cases one by one (the same table), the attention timing, the step
+#     bench, then refs.py (transformers loads fmhpc's HF exports and gives its logits;
 #     TensorBoard reads a run's event files) and train_check.sh (training with
 #     backend='cuda': nano GPT-2 against the CPU and twice for the bits; the
 #     1.2B Llama 3 steps twice, its step time, tokens/s and MFU). Logs go to
 #     LOGS (default /tmp/fmhpc-gpu-logs).
 # Exit status: 1 on any failure, or 3 when a GPU is visible but gpu tests
-# skipped (the skip probe or the driver is wrong).
+# skipped (the skip probe or the driver is wrong). One H200 (session 18,
+# --prebuilt): about 2.5 minutes, the machine's start apart.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -38,6 +41,19 @@ gpu_info() {
   else
     echo "== nvidia-smi not found: expect the gpu tests to skip"
   fi
+}
+
+# step_bench BENCH LOG: the 1.2B Llama's training step (micro-batch 4 x 2048,
+# bf16 compute, recompute) on the CUDA backend, its per-op profile against the
+# device's roofs (bench/step_gpu/bench_step_gpu.c).
+step_bench() {
+  echo
+  echo "== the 1.2B step on the GPU, per op (bench_step_gpu: b 4 x T 2048, bf16, recompute; 5 steps)"
+  timeout 300 "$1" llama 1536 24 24 4 6912 100000 2048 4 5 bf16 1 > "$2" 2>&1
+  local st=$?
+  grep -E '^(device|fmhpc|phases|profile)' "$2"
+  [ $st -eq 0 ] || { echo "bench_step_gpu: exit $st; its tail:"; tail -n 8 "$2"; }
+  return $st
 }
 
 # test_table LOG: ctest's progress lines (" 3/11 Test #113: name ....   Passed    0.41 sec") as one line per test.
@@ -118,6 +134,7 @@ if [ "${1:-}" = "--prebuilt" ]; then
   echo
   echo "== attention (bf16 tensor cores), 1.2B shapes"
   "$bin/test_cuda_ops" attention_flash_timing 2>&1 | grep -E '^attention timing|FAIL' || true
+  step_bench "$bin/bench_step_gpu" "$logs/bench_step_gpu.log" || rc=1
   echo
   echo "== references on this machine: transformers, TensorBoard"
   for r in hf tb; do # the machine's python3, without the carried libraries
@@ -150,9 +167,9 @@ echo "== configure ($build, CUDA archs $archs)"
 # shellcheck disable=SC2086
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DFMHPC_CUDA=ON \
   "-DCMAKE_CUDA_ARCHITECTURES=$archs" ${CMAKE_ARGS:-}
-echo "== build (-j$jobs): fmhpc, test_cuda_ops"
+echo "== build (-j$jobs): fmhpc, test_cuda_ops, test_cuda_bf16, test_cuda_nccl, bench_step_gpu"
 set +e
-cmake --build "$build" -j "$jobs" --target fmhpc test_cuda_ops 2>&1 | tee "$build/gpu-build.log" | grep -v '^ptxas info'
+cmake --build "$build" -j "$jobs" --target fmhpc test_cuda_ops test_cuda_bf16 test_cuda_nccl bench_step_gpu 2>&1 | tee "$build/gpu-build.log" | grep -v '^ptxas info'
 brc=${PIPESTATUS[0]}
 set -e
 [ "$brc" -eq 0 ] || { echo "build failed (exit $brc): $build/gpu-build.log" >&2; exit 1; }
@@ -183,6 +200,9 @@ test_table "$log" | tee "$build/gpu-check.table"
 echo
 echo "== attention (bf16 tensor cores), 1.2B shapes"
 "$build/tests/test_cuda_ops" attention_flash_timing 2>&1 | grep -E '^attention timing|FAIL' || true
+set +e
+step_bench "$build/tests/bench_step_gpu" "$build/bench_step_gpu.log" || rc=1
+set -e
 
 skipped=$(grep -c ' skip ' "$build/gpu-check.table" || true)
 if [ "$rc" -eq 0 ] && [ "$gpus" -gt 0 ] && [ "$skipped" -gt 0 ]; then

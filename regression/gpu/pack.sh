@@ -5,7 +5,8 @@
 # MPI, HDF5, OpenBLAS and no network to install them). Run on a Debian
 # machine with the build (.ci/setup's ./build: CUDA archs 80;90); writes
 # .gpu/prebuilt.tar.xz (about 25 MB; .gpu/ is git-ignored) holding:
-#   bin/   fmhpc, hf_tool and the gpu-label test binaries (test_cuda_*)
+#   bin/   fmhpc, hf_tool, the gpu-label test binaries (test_cuda_*) and
+#          bench_step_gpu (the 1.2B step's per-op profile)
 #   lib/   every shared library they load except glibc's, the C++ runtime and
 #          the CUDA/NCCL libraries (the machine's own are used)
 #   ompi/  Open MPI's component tree, help files and config (a singleton
@@ -21,12 +22,12 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}
 stage=$(mktemp -d /tmp/fmhpc-gpu-stage.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
-echo "== build: fmhpc hf_tool test_cuda_ops test_cuda_bf16 test_cuda_nccl ($build)"
-cmake --build "$build" -j "$(nproc)" --target fmhpc hf_tool test_cuda_ops test_cuda_bf16 test_cuda_nccl >/dev/null
+echo "== build: fmhpc hf_tool test_cuda_ops test_cuda_bf16 test_cuda_nccl bench_step_gpu ($build)"
+cmake --build "$build" -j "$(nproc)" --target fmhpc hf_tool test_cuda_ops test_cuda_bf16 test_cuda_nccl bench_step_gpu >/dev/null
 ldd "$build/fmhpc" | grep -q libcudart ||
   { echo "pack.sh: $build is not a CUDA build (configure with -DFMHPC_CUDA=ON)" >&2; exit 1; }
 mkdir -p "$stage"/{bin,lib,ompi,fx/decks,fx/data}
-cp "$build/fmhpc" "$build/tests/hf_tool" "$build"/tests/test_cuda_{ops,bf16,nccl} "$stage/bin/"
+cp "$build/fmhpc" "$build/tests/hf_tool" "$build"/tests/test_cuda_{ops,bf16,nccl} "$build/tests/bench_step_gpu" "$stage/bin/"
 
 # Shared libraries: the closure ldd resolves, less what every Linux has and
 # the CUDA libraries (tied to the machine's driver and toolkit).

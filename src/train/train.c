@@ -445,18 +445,24 @@ static const struct {
  * the device at the compute precision; a device the table lacks: measured
  * on a GEMM large enough to fill it (512^3 is launch-bound there: it gave an
  * H200 11.6 TFLOP/s and an MFU of 1333%). */
+double fm_train_gpu_peak(const char *name, bool bf16) {
+  for (size_t i = 0; name && i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
+    if (strstr(name, gpu_peaks[i].name)) return (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32) * 1e12;
+  return 0;
+}
+
 static double mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n) {
   if (be->host_accessible) {
     snprintf(src, n, "measured: this rank's fp32 GEMM on 512^3");
     return measure_peak(be, 512);
   }
   char name[256] = "";
-  if (be->device_name && be->device_name(name, (int64_t)sizeof name) == FM_OK)
-    for (size_t i = 0; i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
-      if (strstr(name, gpu_peaks[i].name)) {
-        snprintf(src, n, "%s, the vendor's dense %s peak", name, bf16 ? "bf16 tensor-core" : "fp32 (no TF32)");
-        return (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32) * 1e12;
-      }
+  const double vendor =
+      be->device_name && be->device_name(name, (int64_t)sizeof name) == FM_OK ? fm_train_gpu_peak(name, bf16) : 0;
+  if (vendor > 0) {
+    snprintf(src, n, "%s, the vendor's dense %s peak", name, bf16 ? "bf16 tensor-core" : "fp32 (no TF32)");
+    return vendor;
+  }
   /* n^3 from 512, doubled while one GEMM takes under 2 ms, up to 4096: a
    * GPU reaches the size that fills it, an emulated device stays small */
   double best = 0, dt = 0;

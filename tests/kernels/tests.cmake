@@ -120,3 +120,4 @@ fm_cli_test(emu_check_auto_bf16_cuda RC 0 CMD $<TARGET_FILE:fmhpc_emu> --check $
             MATCH "backend    cuda \\(emulated\\) \\(auto: a CUDA device is usable and its build has every op the run needs\\)")
 set_tests_properties(cli.emu_check_auto_cuda cli.emu_check_auto_missing_op cli.emu_train_cuda_missing_op
                      cli.emu_check_auto_bf16 cli.emu_check_auto_bf16_cuda PROPERTIES LABELS emu)
+include(${PROJECT_SOURCE_DIR}/bench/step_gpu/step_gpu.cmake)

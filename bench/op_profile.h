@@ -7,7 +7,7 @@
 #define FMHPC_BENCH_OP_PROFILE_H
 
 /* ---- the per-op profile ---------------------------------------------------------
- * A copy of the CPU backend table whose model ops are wrappers: each calls the
+ * A copy of a backend table whose model ops are wrappers: each calls the
  * real op and adds its wall time, FLOPs and bytes moved to the op's row, in
  * the phase it ran in (forward until the loss op runs, backward after it).
  * The roofline of a row is max(FLOPs / the GEMM peak, bytes / the memory bandwidth),

@@ -212,6 +212,18 @@ static FmBackend profiled_backend(const FmBackend *be, int sync) {
   return b;
 }
 
+/* One micro-batch of n = B*T positions the benchmarks share: random tokens
+ * and targets below V (fm_rng streams 0 and 1 of seed 1, key 9), positions
+ * 0..T-1 per row, train.c's loss weights 1/n. Needs fmhpc/rng.h. */
+static void bench_batch(int64_t n, int64_t T, int64_t V, int32_t *tok, int32_t *tgt, int32_t *pos, float *w) {
+  for (int64_t i = 0; i < n; i++) {
+    tok[i] = (int32_t)(fm_rng_block(1, 9, 0, (uint64_t)i).v[0] % (uint32_t)V);
+    tgt[i] = (int32_t)(fm_rng_block(1, 9, 1, (uint64_t)i).v[0] % (uint32_t)V);
+    pos[i] = (int32_t)(i % T);
+    w[i] = 1.0f / (float)n;
+  }
+}
+
 /* The table: peak in GFLOP/s (peak_name: "sgemm", "bf16 tensor-core"), bw
  * in GB/s (bw_name: "triad", "device copy"). */
 static void print_profile(double steps, double step_s, double peak, double bw, const double *other,

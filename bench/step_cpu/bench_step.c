@@ -130,12 +130,7 @@ int main(int argc, char **argv) {
   const int64_t n = B * d.T;
   int32_t *tok = malloc((size_t)n * 4), *tgt = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
   float *w = malloc((size_t)n * 4);
-  for (int64_t i = 0; i < n; i++) {
-    tok[i] = (int32_t)(fm_rng_block(1, 9, 0, (uint64_t)i).v[0] % (uint32_t)d.V);
-    tgt[i] = (int32_t)(fm_rng_block(1, 9, 1, (uint64_t)i).v[0] % (uint32_t)d.V);
-    pos[i] = (int32_t)(i % d.T);
-    w[i] = 1.0f / (float)n;
-  }
+  bench_batch(n, d.T, d.V, tok, tgt, pos, w);
   FmModelInput in = {tok, tgt, pos, NULL};
   const char *min_env = getenv("FMHPC_BENCH_MIN_S");
   const double min_s = min_env ? atof(min_env) : 4.0;

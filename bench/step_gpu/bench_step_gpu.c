@@ -137,12 +137,7 @@ int main(int argc, char **argv) {
   dev->memset(vo, 0, P * 4);
   int32_t *tok = malloc((size_t)n * 4), *tgt = malloc((size_t)n * 4), *pos = malloc((size_t)n * 4);
   float *w = malloc((size_t)n * 4);
-  for (int64_t i = 0; i < n; i++) {
-    tok[i] = (int32_t)(fm_rng_block(1, 9, 0, (uint64_t)i).v[0] % (uint32_t)d.V);
-    tgt[i] = (int32_t)(fm_rng_block(1, 9, 1, (uint64_t)i).v[0] % (uint32_t)d.V);
-    pos[i] = (int32_t)(i % d.T);
-    w[i] = 1.0f / (float)n;
-  }
+  bench_batch(n, d.T, d.V, tok, tgt, pos, w);
   const FmModelInput in = {tok, tgt, pos, NULL};
   const int64_t warm = 2;
   double wall[MAX_STEPS] = {0}, phase[3] = {0, 0, 0}, prof_total = 0, loss = 0;

@@ -47,61 +47,39 @@ static void rec(const char *name, int phase, double t0, double flops, double byt
   rows[i].s += dt, rows[i].cpu += dc, rows[i].flops += flops, rows[i].bytes += bytes, rows[i].calls++;
 }
 #define PH (in_backward ? P_BWD : P_FWD)
+/* One wrapped op: its call between op_begin and rec. */
+#define PROF_OP(name, phase, call, flops, bytes) \
+  do {                                           \
+    op_begin();                                  \
+    const double t0_ = now();                    \
+    call;                                        \
+    rec(name, phase, t0_, flops, bytes);         \
+  } while (0)
 #define F4 4.0 /* bytes per float */
 
-static void p_memset(void *p, int v, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->memset(p, v, n);
-  rec("memset", PH, t0, 0, (double)n);
-}
-static void p_copy(void *d, const void *s, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->copy(d, s, n);
-  rec("copy", PH, t0, 0, 2.0 * (double)n);
-}
+static void p_memset(void *p, int v, int64_t n) { PROF_OP("memset", PH, real->memset(p, v, n), 0, (double)n); }
+static void p_copy(void *d, const void *s, int64_t n) { PROF_OP("copy", PH, real->copy(d, s, n), 0, 2.0 * (double)n); }
 static void p_gelu_fwd(float *o, const float *x, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->gelu_fwd(o, x, n);
-  rec("gelu", PH, t0, 0, F4 * 2 * (double)n);
+  PROF_OP("gelu", PH, real->gelu_fwd(o, x, n), 0, F4 * 2 * (double)n);
 }
 static void p_gelu_bwd(float *dx, const float *d, const float *x, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->gelu_bwd(dx, d, x, n);
-  rec("gelu", PH, t0, 0, F4 * 3 * (double)n);
+  PROF_OP("gelu", PH, real->gelu_bwd(dx, d, x, n), 0, F4 * 3 * (double)n);
 }
 static void p_swiglu_fwd(float *o, const float *g, const float *u, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->swiglu_fwd(o, g, u, n);
-  rec("swiglu", PH, t0, 0, F4 * 3 * (double)n);
+  PROF_OP("swiglu", PH, real->swiglu_fwd(o, g, u, n), 0, F4 * 3 * (double)n);
 }
 static void p_swiglu_bwd(float *dg, float *du, const float *d, const float *g, const float *u, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->swiglu_bwd(dg, du, d, g, u, n);
-  rec("swiglu", PH, t0, 0, F4 * 5 * (double)n);
+  PROF_OP("swiglu", PH, real->swiglu_bwd(dg, du, d, g, u, n), 0, F4 * 5 * (double)n);
 }
 static void p_add(float *o, const float *a, const float *b, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->add(o, a, b, n);
-  rec("add (residual)", PH, t0, 0, F4 * 3 * (double)n);
+  PROF_OP("add (residual)", PH, real->add(o, a, b, n), 0, F4 * 3 * (double)n);
 }
 static void p_round_bf16(float *x, int64_t n) {
-  op_begin();
-  double t0 = now();
-  real->round_bf16(x, n);
-  rec("round_bf16", PH, t0, 0, F4 * 2 * (double)n);
+  PROF_OP("round_bf16", PH, real->round_bf16(x, n), 0, F4 * 2 * (double)n);
 }
 static void p_matmul_fwd(float *o, const float *x, const float *w, const float *b, int64_t N, int64_t C, int64_t OC) {
-  op_begin();
-  double t0 = now();
-  real->matmul_fwd(o, x, w, b, N, C, OC);
-  rec("matmul", PH, t0, 2.0 * (double)N * C * OC, F4 * ((double)N * C + (double)OC * C + (double)N * OC));
+  PROF_OP("matmul", PH, real->matmul_fwd(o, x, w, b, N, C, OC), 2.0 * (double)N * C * OC,
+          F4 * ((double)N * C + (double)OC * C + (double)N * OC));
 }
 static void p_matmul_bwd(float *dx, float *dw, float *db, const float *d, const float *x, const float *w, int64_t N,
                          int64_t C, int64_t OC) {
@@ -114,42 +92,24 @@ static void p_matmul_bwd(float *dx, float *dw, float *db, const float *d, const 
 }
 static void p_layernorm_fwd(float *o, float *mu, float *rs, const float *x, const float *w, const float *b, int64_t N,
                             int64_t C, float eps) {
-  op_begin();
-  double t0 = now();
-  real->layernorm_fwd(o, mu, rs, x, w, b, N, C, eps);
-  rec("layernorm", PH, t0, 0, F4 * 2 * (double)N * C);
+  PROF_OP("layernorm", PH, real->layernorm_fwd(o, mu, rs, x, w, b, N, C, eps), 0, F4 * 2 * (double)N * C);
 }
 static void p_layernorm_bwd(float *dx, float *dw, float *db, const float *d, const float *x, const float *w,
                             const float *mu, const float *rs, int64_t N, int64_t C) {
-  op_begin();
-  double t0 = now();
-  real->layernorm_bwd(dx, dw, db, d, x, w, mu, rs, N, C);
-  rec("layernorm", PH, t0, 0, F4 * 4 * (double)N * C);
+  PROF_OP("layernorm", PH, real->layernorm_bwd(dx, dw, db, d, x, w, mu, rs, N, C), 0, F4 * 4 * (double)N * C);
 }
 static void p_rmsnorm_fwd(float *o, float *rs, const float *x, const float *w, int64_t N, int64_t C, float eps) {
-  op_begin();
-  double t0 = now();
-  real->rmsnorm_fwd(o, rs, x, w, N, C, eps);
-  rec("rmsnorm", PH, t0, 0, F4 * 2 * (double)N * C);
+  PROF_OP("rmsnorm", PH, real->rmsnorm_fwd(o, rs, x, w, N, C, eps), 0, F4 * 2 * (double)N * C);
 }
 static void p_rmsnorm_bwd(float *dx, float *dw, const float *d, const float *x, const float *w, const float *rs,
                           int64_t N, int64_t C) {
-  op_begin();
-  double t0 = now();
-  real->rmsnorm_bwd(dx, dw, d, x, w, rs, N, C);
-  rec("rmsnorm", PH, t0, 0, F4 * 4 * (double)N * C);
+  PROF_OP("rmsnorm", PH, real->rmsnorm_bwd(dx, dw, d, x, w, rs, N, C), 0, F4 * 4 * (double)N * C);
 }
 static void p_rope_fwd(float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float th) {
-  op_begin();
-  double t0 = now();
-  real->rope_fwd(x, pos, N, ld, H, HS, th);
-  rec("rope", PH, t0, 0, F4 * 2 * (double)N * H * HS);
+  PROF_OP("rope", PH, real->rope_fwd(x, pos, N, ld, H, HS, th), 0, F4 * 2 * (double)N * H * HS);
 }
 static void p_rope_bwd(float *x, const int32_t *pos, int64_t N, int64_t ld, int64_t H, int64_t HS, float th) {
-  op_begin();
-  double t0 = now();
-  real->rope_bwd(x, pos, N, ld, H, HS, th);
-  rec("rope", PH, t0, 0, F4 * 2 * (double)N * H * HS);
+  PROF_OP("rope", PH, real->rope_bwd(x, pos, N, ld, H, HS, th), 0, F4 * 2 * (double)N * H * HS);
 }
 static double att_flops(int64_t B, int64_t T, int64_t NH, int64_t HS) {
   return 4.0 * (double)B * NH * HS * ((double)T * (T + 1) / 2); /* QK^T and PV over the causal triangle */
@@ -157,18 +117,14 @@ static double att_flops(int64_t B, int64_t T, int64_t NH, int64_t HS) {
 static void p_attention_fwd(float *o, float *lse, const float *q, const float *k, const float *v, int64_t ldq,
                             int64_t ldkv, const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV,
                             int64_t HS) {
-  op_begin();
-  double t0 = now();
-  real->attention_fwd(o, lse, q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS);
-  rec("attention", PH, t0, att_flops(B, T, NH, HS), F4 * (double)B * T * (2.0 * NH + 2.0 * NKV) * HS);
+  PROF_OP("attention", PH, real->attention_fwd(o, lse, q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS),
+          att_flops(B, T, NH, HS), F4 * (double)B * T * (2.0 * NH + 2.0 * NKV) * HS);
 }
 static void p_attention_bwd(float *dq, float *dk, float *dv, const float *d, const float *o, const float *lse,
                             const float *q, const float *k, const float *v, int64_t ldq, int64_t ldkv,
                             const int32_t *seg, int64_t B, int64_t T, int64_t NH, int64_t NKV, int64_t HS) {
-  op_begin();
-  double t0 = now();
-  real->attention_bwd(dq, dk, dv, d, o, lse, q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS);
-  rec("attention", PH, t0, 2.5 * att_flops(B, T, NH, HS), F4 * (double)B * T * (4.0 * NH + 4.0 * NKV) * HS);
+  PROF_OP("attention", PH, real->attention_bwd(dq, dk, dv, d, o, lse, q, k, v, ldq, ldkv, seg, B, T, NH, NKV, HS),
+          2.5 * att_flops(B, T, NH, HS), F4 * (double)B * T * (4.0 * NH + 4.0 * NKV) * HS);
 }
 static double p_xent(float *dx, float *dw, const float *x, const float *w, const int32_t *tg, const float *wt,
                      int64_t N, int64_t C, int64_t V, float *scratch) {
@@ -183,17 +139,12 @@ static double p_xent(float *dx, float *dw, const float *x, const float *w, const
 }
 static void p_embedding_fwd(float *o, const int32_t *tok, const float *wte, const int32_t *pos, const float *wpe,
                             int64_t N, int64_t C) {
-  op_begin();
-  double t0 = now();
-  real->embedding_fwd(o, tok, wte, pos, wpe, N, C);
-  rec("embedding", PH, t0, 0, F4 * (wpe ? 3.0 : 2.0) * (double)N * C);
+  PROF_OP("embedding", PH, real->embedding_fwd(o, tok, wte, pos, wpe, N, C), 0, F4 * (wpe ? 3.0 : 2.0) * (double)N * C);
 }
 static void p_embedding_bwd(float *dwte, float *dwpe, const float *d, const int32_t *tok, const int32_t *pos, int64_t N,
                             int64_t C, int64_t V) {
-  op_begin();
-  double t0 = now();
-  real->embedding_bwd(dwte, dwpe, d, tok, pos, N, C, V);
-  rec("embedding", PH, t0, 0, F4 * (dwpe ? 5.0 : 3.0) * (double)N * C);
+  PROF_OP("embedding", PH, real->embedding_bwd(dwte, dwpe, d, tok, pos, N, C, V), 0,
+          F4 * (dwpe ? 5.0 : 3.0) * (double)N * C);
 }
 
 /* be's table with its model ops wrapped; sync: a device backend (its ops

@@ -439,18 +439,18 @@ static const struct {
 } gpu_peaks[] = {{"H200 NVL", 835.0, 60.0}, {"GH200", 989.4, 66.9}, {"H200", 989.4, 66.9}, {"H100 PCIe", 756.0, 51.2},
                  {"H100 NVL", 835.0, 60.0}, {"H100", 989.4, 66.9},  {"A100", 312.0, 19.5}};
 
-/* MFU's peak per rank when &log peak_tflops is 0, and where it came from
- * (logged). The CPU: this rank's measured fp32 GEMM rate on 512^3 (no vendor
- * figure fits every CPU and thread count). A GPU: the vendor's dense peak of
- * the device at the compute precision; a device the table lacks: measured
- * on a GEMM large enough to fill it (512^3 is launch-bound there: it gave an
- * H200 11.6 TFLOP/s and an MFU of 1333%). */
 double fm_train_gpu_peak(const char *name, bool bf16) {
   for (size_t i = 0; name && i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
     if (strstr(name, gpu_peaks[i].name)) return (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32) * 1e12;
   return 0;
 }
 
+/* MFU's peak per rank when &log peak_tflops is 0, and where it came from
+ * (logged). The CPU: this rank's measured fp32 GEMM rate on 512^3 (no vendor
+ * figure fits every CPU and thread count). A GPU: the vendor's dense peak of
+ * the device at the compute precision; a device the table lacks: measured
+ * on a GEMM large enough to fill it (512^3 is launch-bound there: it gave an
+ * H200 11.6 TFLOP/s and an MFU of 1333%). */
 static double mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n) {
   if (be->host_accessible) {
     snprintf(src, n, "measured: this rank's fp32 GEMM on 512^3");
@@ -465,13 +465,12 @@ static double mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n) {
   }
   /* n^3 from 512, doubled while one GEMM takes under 2 ms, up to 4096: a
    * GPU reaches the size that fills it, an emulated device stays small */
-  double best = 0, dt = 0;
+  double best = 0;
   int64_t k = 512;
   for (;; k *= 2) {
     const double rate = measure_peak(be, k);
     best = rate > best ? rate : best;
-    dt = 2.0 * (double)(k * k * k) / rate;
-    if (k >= 4096 || dt > 2e-3) break;
+    if (k >= 4096 || 2.0 * (double)(k * k * k) / rate > 2e-3) break;
   }
   snprintf(src, n, "measured: %s GEMM on %lld^3 on %s (not in the vendor table)", bf16 ? "bf16" : "fp32", (long long)k,
            name[0] ? name : "an unnamed device");

@@ -26,8 +26,10 @@
 #     1.2B Llama 3 steps twice, its step time, tokens/s and MFU). Logs go to
 #     LOGS (default /tmp/fmhpc-gpu-logs).
 # Exit status: 1 on any failure, or 3 when a GPU is visible but gpu tests
-# skipped (the skip probe or the driver is wrong). One H200 (session 18,
-# --prebuilt): about 2.5 minutes, the machine's start apart.
+# skipped (the skip probe or the driver is wrong). On one H200 (--prebuilt,
+# Dec 2026) it took 141 s, the machine's start apart, before the step bench
+# and train_check's two 1.2B variants were added (not yet timed there: give
+# the device call 450 s).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

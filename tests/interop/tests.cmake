@@ -12,3 +12,10 @@ foreach(case export_gpt2_tied export_gpt2_untied export_llama_gqa export_llama_t
                    $<TARGET_FILE:fmhpc> ${CMAKE_CURRENT_BINARY_DIR}/interop_work)
   set_tests_properties(interop.hf.${case} PROPERTIES LABELS unit ENVIRONMENT "${FMHPC_TEST_ENV}" TIMEOUT 120)
 endforeach()
+# The fixtures the GPU check hands to transformers (regression/gpu/hf_fixtures.sh:
+# hf_tool export-init and logits) against tests/model/ref_models.py in float64.
+add_test(NAME interop.hf.logits_vs_ref
+         COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_logits.py $<TARGET_FILE:hf_tool> ${PROJECT_SOURCE_DIR}
+                 ${CMAKE_CURRENT_BINARY_DIR}/interop_work)
+set_tests_properties(interop.hf.logits_vs_ref PROPERTIES LABELS unit ENVIRONMENT "${FMHPC_TEST_ENV}" TIMEOUT 120
+                     SKIP_RETURN_CODE 77)

@@ -17,6 +17,10 @@
 #          the GPT-2 tokenizer) and decks/
 # Then, on the GPU machine (the device tool carries .gpu):
 #   regression/gpu/check.sh --prebuilt .gpu/prebuilt.tar.xz
+# As this workplace's device tool ran it (one call, carry [".gpu"], 480 s):
+#   timeout 450 bash regression/gpu/check.sh --prebuilt .gpu/prebuilt.tar.xz /tmp/gl > $OUT/check.txt 2>&1;
+#   echo "exit $?" >> $OUT/check.txt; cd /tmp/gl &&
+#   tar -czf $OUT/logs.tar.gz --exclude='*.safetensors' --exclude='*.h5' . ; cat $OUT/check.txt
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${1:-$root/build}

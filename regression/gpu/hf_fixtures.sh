@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # regression/gpu/hf_fixtures.sh HF_TOOL OUT: Hugging Face directories that
-# fmhpc exports, and fmhpc's own logits on them, for hf_logits.py to check
+# fmhpc exports, and fmhpc's own logits on them, for refs.py hf to check
 # against transformers on the GPU machine (this machine has no transformers).
 # Each case OUT/<case>/: hf/ (config.json + model.safetensors written by
 # fm_hf_export from fmhpc's initialisation plus a pattern, so no norm weight

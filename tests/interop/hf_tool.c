@@ -11,7 +11,7 @@
  * export and import write the parameter table (name, shape, element offset)
  * and the dims as JSON next to their output, so Python can check the HF
  * layout against fmhpc's canonical one independently; logits is for a
- * reference that runs the HF model itself (regression/gpu/hf_logits.py:
+ * reference that runs the HF model itself (regression/gpu/refs.py hf:
  * transformers on the GPU machine). The model comes from deck overrides
  * ("model%arch='llama'" ...), through the same binding a run uses. */
 #include <stdio.h>

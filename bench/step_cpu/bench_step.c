@@ -30,17 +30,6 @@
 
 #define MAX_STEPS 200
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-static double median(const double *v, int64_t n) { /* of a copy: v keeps its order */
-  double t[MAX_STEPS];
-  memcpy(t, v, (size_t)n * sizeof *t);
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 void openblas_set_num_threads(int);
 
 /* Best of 5 multi-threaded OpenBLAS sgemm at 2048^3: the machine's fp32 roof

@@ -1,8 +1,8 @@
 /* bench_step_gpu.c: a training step of fmhpc on its CUDA backend, with the
  * per-op profile (bench/op_profile.h) against the device's roofs: the
- * vendor's dense GEMM peak at the compute precision (fm_train_gpu_peak; a
- * device not in that table: the best of a bf16/fp32 GEMM at 4096^3 measured
- * here) and a device-to-device copy's bandwidth measured here.
+ * GEMM peak train.c takes for MFU (fm_train_mfu_peak: the vendor's dense
+ * peak at the compute precision, or for a device not in its table a GEMM
+ * measured there) and a device-to-device copy's bandwidth measured here.
  *   bench_step_gpu ARCH C L NH NKV F V T B STEPS PRECISION RECOMPUTE
  *     PRECISION f32 | bf16 (compute; weights, gradients and AdamW fp32),
  *     RECOMPUTE 0 | 1 (per-layer activation recompute)
@@ -36,11 +36,6 @@
 
 #define MAX_STEPS 64
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Best of 5 device-to-device copies of 256 MiB: GB/s counting bytes read and written. */
 static double copy_bw(const FmBackend *be) {
   const int64_t bytes = (int64_t)256 << 20;
@@ -59,26 +54,6 @@ static double copy_bw(const FmBackend *be) {
   be->free(a);
   be->free(b);
   return 2.0 * (double)bytes / best / 1e9;
-}
-
-/* Best of 3 n^3 GEMMs at the backend's compute precision, GFLOP/s. */
-static double gemm_rate(const FmBackend *be, int64_t n) {
-  const int64_t bytes = n * n * (int64_t)sizeof(float);
-  float *a = be->alloc(bytes), *c = be->alloc(bytes);
-  be->memset(a, 0, bytes);
-  be->matmul_fwd(c, a, a, NULL, n, n, n);
-  be->synchronize();
-  double best = 1e30;
-  for (int k = 0; k < 3; k++) {
-    const double t0 = now();
-    be->matmul_fwd(c, a, a, NULL, n, n, n);
-    be->synchronize();
-    const double dt = now() - t0;
-    best = dt < best ? dt : best;
-  }
-  be->free(a);
-  be->free(c);
-  return 2.0 * (double)(n * n * n) / best / 1e9;
 }
 
 int main(int argc, char **argv) {
@@ -118,16 +93,9 @@ int main(int argc, char **argv) {
 
   char name[256] = "";
   if (dev->device_name) dev->device_name(name, (int64_t)sizeof name);
-  double peak = fm_train_gpu_peak(name, bf16) / 1e9; /* GFLOP/s */
-  const char *peak_src = "vendor";
-  if (peak <= 0) { /* n^3 from 512, doubled while one GEMM takes under 2 ms (as train.c's MFU peak) */
-    for (int64_t g = 512; g <= 4096; g *= 2) {
-      const double r = gemm_rate(dev, g);
-      peak = r > peak ? r : peak;
-      if (2.0 * (double)(g * g * g) / (r * 1e9) > 2e-3) break;
-    }
-    peak_src = "measured";
-  }
+  char src[384];
+  const double peak = fm_train_mfu_peak(dev, bf16, src, sizeof src) / 1e9; /* GFLOP/s: train.c's MFU peak */
+  const char *peak_src = strncmp(src, "measured", 8) == 0 ? "measured" : "vendor";
   const double bw = copy_bw(dev);
 
   const FmTensorTable *tab = fm_model_params(m);
@@ -166,10 +134,7 @@ int main(int argc, char **argv) {
     if (profiling) prof_total += t3 - t0;
   }
   profiling = 0;
-  double sorted[MAX_STEPS];
-  memcpy(sorted, wall, (size_t)steps * sizeof *sorted);
-  qsort(sorted, (size_t)steps, sizeof *sorted, cmp_double);
-  const double med = steps % 2 ? sorted[steps / 2] : 0.5 * (sorted[steps / 2 - 1] + sorted[steps / 2]);
+  const double med = median(wall, steps);
   const double flops = k->train_flops_per_token(&d) * (double)n, st_d = (double)steps;
   printf("device name='%s' peak_gflops=%.0f (%s, %s) copy_gb_s=%.0f\n", name, peak, peak_src, bf16 ? "bf16" : "fp32",
          bw);

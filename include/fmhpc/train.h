@@ -65,12 +65,13 @@ int fm_train_run(const FmDeck *deck, FmComm *world, FILE *log);
 /* What the deck's training run needs of its backend (fm_backend_choose's
  * FM_NEED_* flags): the model ops, and set_compute_bf16 for c=bf16. */
 int fm_train_backend_needs(const FmConfig *c);
-/* A GPU's dense vendor peak in FLOP/s (no sparsity) by its device name
- * (the backend's device_name: "NVIDIA H200") at the compute precision: bf16
- * tensor cores, or fp32 without TF32; 0 for a device not in the table
- * (H100/H200/GH200 and their PCIe/NVL parts, A100). MFU's peak when &log
- * peak_tflops is 0, and bench/step_gpu's roof. */
-double fm_train_gpu_peak(const char *name, bool bf16);
+/* MFU's peak in FLOP/s per rank when &log peak_tflops is 0, and where it
+ * came from into src (n bytes): on the CPU this rank's measured fp32 GEMM
+ * rate; on a device its dense vendor peak (no sparsity) looked up by the
+ * backend's device_name ("NVIDIA H200": H100/H200/GH200 and their PCIe/NVL
+ * parts, A100) at the compute precision (bf16 tensor cores, or fp32 without
+ * TF32), else measured ("measured: ..."). Also bench/step_gpu's roof. */
+double fm_train_mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n);
 
 /* Resume compatibility (compat.c): compare the deck `stored` in checkpoint
  * `ckpt` with `now`. Keys that change the model's meaning (arch, widths, head

@@ -439,26 +439,26 @@ static const struct {
 } gpu_peaks[] = {{"H200 NVL", 835.0, 60.0}, {"GH200", 989.4, 66.9}, {"H200", 989.4, 66.9}, {"H100 PCIe", 756.0, 51.2},
                  {"H100 NVL", 835.0, 60.0}, {"H100", 989.4, 66.9},  {"A100", 312.0, 19.5}};
 
-double fm_train_gpu_peak(const char *name, bool bf16) {
+static double gpu_peak(const char *name, bool bf16) {
   for (size_t i = 0; name && i < sizeof gpu_peaks / sizeof gpu_peaks[0]; i++)
     if (strstr(name, gpu_peaks[i].name)) return (bf16 ? gpu_peaks[i].bf16 : gpu_peaks[i].fp32) * 1e12;
   return 0;
 }
 
-/* MFU's peak per rank when &log peak_tflops is 0, and where it came from
- * (logged). The CPU: this rank's measured fp32 GEMM rate on 512^3 (no vendor
+/* MFU's peak per rank when &log peak_tflops is 0 (train.h), and where it
+ * came from (logged). The CPU: this rank's measured fp32 GEMM rate on 512^3 (no vendor
  * figure fits every CPU and thread count). A GPU: the vendor's dense peak of
  * the device at the compute precision; a device the table lacks: measured
  * on a GEMM large enough to fill it (512^3 is launch-bound there: it gave an
  * H200 11.6 TFLOP/s and an MFU of 1333%). */
-static double mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n) {
+double fm_train_mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n) {
   if (be->host_accessible) {
     snprintf(src, n, "measured: this rank's fp32 GEMM on 512^3");
     return measure_peak(be, 512);
   }
   char name[256] = "";
   const double vendor =
-      be->device_name && be->device_name(name, (int64_t)sizeof name) == FM_OK ? fm_train_gpu_peak(name, bf16) : 0;
+      be->device_name && be->device_name(name, (int64_t)sizeof name) == FM_OK ? gpu_peak(name, bf16) : 0;
   if (vendor > 0) {
     snprintf(src, n, "%s, the vendor's dense %s peak", name, bf16 ? "bf16 tensor-core" : "fp32 (no TF32)");
     return vendor;
@@ -700,9 +700,10 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   test_nan_hook_setup(r);
   r->flops_per_step = r->kind->train_flops_per_token(&r->dims) * (double)(r->B * r->T);
   char src[384] = "&log peak_tflops";
-  r->peak_flops_rank = c->log.peak_tflops > 0
-                           ? c->log.peak_tflops * 1e12
-                           : mfu_peak(r->be, c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16, src, sizeof src);
+  r->peak_flops_rank =
+      c->log.peak_tflops > 0
+          ? c->log.peak_tflops * 1e12
+          : fm_train_mfu_peak(r->be, c->choice[FM_KEY_train_precision] == FM_PRECISION_BF16, src, sizeof src);
   fm_log0("MFU: against %.4g TFLOP/s a rank (%s)", r->peak_flops_rank / 1e12, src);
   return 0;
 }

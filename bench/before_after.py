@@ -378,7 +378,13 @@ def best_of(name, prefix):
 
 
 ca, cb, cd = best_of("ckpt_after", "RESULT ckpt"), best_of("ckpt_before", "RESULT ckpt"), best_of("ckpt_dd", "RESULT dd ")
-ck = best_of("ckpt_dd", "RESULT dd_kept")  # dd into a new file beside the last one, as a checkpoint is written
+
+
+def median_of(name, prefix):
+    """The median of the median_s values of name's lines starting with prefix, as text ("-" when none)."""
+    m = sorted(pairs(line)["median_s"] for line in read(name).splitlines()
+               if line.startswith(prefix) and "median_s" in pairs(line))
+    return "%.3f" % (m[len(m) // 2] if len(m) % 2 else 0.5 * (m[len(m) // 2 - 1] + m[len(m) // 2])) if m else "-"
 
 
 def ccell(r):
@@ -406,11 +412,11 @@ if ca or cb:
         bounds.append(dict(
             goal="ckpt write >= 0.80x dd", bound_ratio=None, measured_ratio=cratio(ca),
             text="the checkpoint write's best %.2f s (%s) against dd's %.2f s for the same bytes (a page-cache copy "
-            "and the fsync, one process); the write also hashes every byte (sha256-blocks-v1) and writes HDF5 "
-            "metadata; measured %.2fx. dd into a new file beside its last one (as a checkpoint is written beside the "
-            "previous one; dd's repeats reuse the page cache the removed file freed): %s, so %.2fx of that"
-            % (ca["seconds"], prof or "no profile", cd["seconds"], cratio(ca), ccell(ck) if ck else "-",
-               ca["mib_s"] / ck["mib_s"] if ck else 0)))
+            "and the fsync, one process; both in the same rotation, each write beside the previous one, removed "
+            "after it: bench/ckpt/dd_rotate.sh); the write also hashes every byte (sha256-blocks-v1) and writes HDF5 "
+            "metadata; measured %.2fx. Medians: %s s against %s s"
+            % (ca["seconds"], prof or "no profile", cd["seconds"], cratio(ca), median_of("ckpt_after", "RESULT ckpt"),
+               median_of("ckpt_dd", "RESULT dd "))))
 
 # ---- print -------------------------------------------------------------------
 H = ("row", "before", "after", "peer", "ratio_before", "ratio_after", "goal", "met")

@@ -95,11 +95,11 @@ cc -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -I"$ROOT/include" "$ROOT/bench/tokeniz
   "$AFTER_B/libfmhpc_lib.a" $(pkg-config --libs libpcre2-8 zlib) -lm -o "$LOGS/bench_tokenize"
 
 if [ "$QUICK" = 1 ]; then
-  B=1 STEPS=1 RED_N=16777216 RED_REPS=1 OVM="256 4 4 1024 50257" ROOF_MIB="128 256" CORPUS=4 CK_LAYERS=2 CK_ROUNDS=1
+  B=1 STEPS=1 RED_N=16777216 RED_REPS=1 OVM="256 4 4 1024 50257" ROOF_MIB="128 256" CORPUS=4 CK_LAYERS=2 CK_ROUNDS=1 CK_REPS=2
   ROUNDS="${STEP_ROUNDS:-1}" PREP_ROUNDS="${PREP_ROUNDS:-1}"
   export FMHPC_BENCH_MIN_S="${FMHPC_BENCH_MIN_S:-1}"
 else
-  B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1 CK_LAYERS=12 CK_ROUNDS=2
+  B=4 STEPS=3 RED_N=124439808 RED_REPS=3 OVM="768 12 12 3072 50257" ROOF_MIB="256 1024" CORPUS=1 CK_LAYERS=12 CK_ROUNDS=2 CK_REPS=5
   ROUNDS="${STEP_ROUNDS:-2}" PREP_ROUNDS="${PREP_ROUNDS:-7}"
 fi
 echo "load $(cut -d' ' -f1-3 /proc/loadavg) at the start" > "$LOGS/load"
@@ -202,35 +202,23 @@ cc -O2 -std=c11 -I"$ROOT/include" "$ROOT/bench/prep/bench_shard_io.c" "$AFTER_B/
 sb=$(sed -n 's/^store_bytes=//p' "$LOGS/prep_after")
 "$LOGS/bench_shard_io" "$LOGS" "${sb:-0}" "$(stat -c %s "$LOGS/corpus.jsonl")" 3 > "$LOGS/prep_io" 2>&1 ||
   echo "FAILED" >> "$LOGS/prep_io"
-# the checkpoint write: after, before, dd of the same bytes (best of 2 each), CK_ROUNDS rounds; best of all
+# the checkpoint write: after, before, dd of the same bytes (CK_REPS writes each, in the rotation a checkpoint
+# keeps: bench/ckpt/dd_rotate.sh), CK_ROUNDS rounds, each side in an empty directory; best of all
 CKDIR="$(mktemp -d)"
 for _ in $(seq "$CK_ROUNDS"); do
   for tag in after before; do
     say "ckpt $tag"
     mkdir -p "$CKDIR/$tag"
-    OMP_NUM_THREADS=1 mpirun -n 2 "$LOGS/bench_ckpt_$tag" "$CKDIR/$tag" 2 "$CK_LAYERS" >> "$LOGS/ckpt_$tag" 2>&1 ||
+    OMP_NUM_THREADS=1 mpirun -n 2 "$LOGS/bench_ckpt_$tag" "$CKDIR/$tag" "$CK_REPS" "$CK_LAYERS" >> "$LOGS/ckpt_$tag" 2>&1 ||
       echo "FAILED" >> "$LOGS/ckpt_$tag"
     rm -rf "${CKDIR:?}/$tag"
   done
   bytes=$(cat "$LOGS/ckpt_after" "$LOGS/ckpt_before" 2>/dev/null | grep -o " bytes=[0-9]*" | tail -1 | cut -d= -f2 || true)
-  for _ in 1 2; do
-    [ -n "$bytes" ] || break
-    say "ckpt dd"
-    rm -f "$CKDIR/dd.bin"
-    s=$(date +%s.%N)
-    dd if=/dev/zero of="$CKDIR/dd.bin" bs=1M count=$(((bytes + 1048575) / 1048576)) conv=fsync status=none
-    e=$(date +%s.%N)
-    awk -v b="$bytes" -v s="$s" -v e="$e" 'BEGIN { printf "RESULT dd bytes=%d seconds=%.3f mib_s=%.1f\n", b, e - s, b / (e - s) / 1048576 }' \
-      >> "$LOGS/ckpt_dd"
-  done
-  # once more into a new file beside dd.bin, as a checkpoint is written beside the previous one (bench/ckpt/run.sh)
   if [ -n "$bytes" ]; then
-    s=$(date +%s.%N)
-    dd if=/dev/zero of="$CKDIR/dd_kept.bin" bs=1M count=$(((bytes + 1048575) / 1048576)) conv=fsync status=none
-    e=$(date +%s.%N)
-    rm -f "$CKDIR/dd_kept.bin"
-    awk -v b="$bytes" -v s="$s" -v e="$e" 'BEGIN { printf "RESULT dd_kept bytes=%d seconds=%.3f mib_s=%.1f\n", b, e - s, b / (e - s) / 1048576 }' \
-      >> "$LOGS/ckpt_dd"
+    say "ckpt dd"
+    mkdir -p "$CKDIR/dd"
+    bash "$ROOT/bench/ckpt/dd_rotate.sh" "$CKDIR/dd" "$bytes" "$CK_REPS" >> "$LOGS/ckpt_dd" 2>&1 || echo "FAILED" >> "$LOGS/ckpt_dd"
+    rm -rf "${CKDIR:?}/dd"
   fi
 done
 rm -rf "$CKDIR"

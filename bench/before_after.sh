@@ -19,8 +19,8 @@
 # after, before; each side's round with the least CPU counts; the CPU of the
 # whole job, mpirun included, and of the rank alone, timed inside mpirun; and
 # the start-up alone: mpirun -n 1 fmhpc --version), the checkpoint write (bench/ckpt: GPT-2 124M + AdamW,
-# 2 ranks) against dd conv=fsync of the same bytes to the same disk ($TMPDIR
-# or /tmp). Then the roofline bounds, from figures measured in the
+# 2 ranks, CK_REPS writes a side) against dd conv=fsync of the same bytes to the same disk ($TMPDIR
+# or /tmp), both in the rotation a checkpoint keeps (bench/ckpt/dd_rotate.sh). Then the roofline bounds, from figures measured in the
 # same run (bench/roof: one thread's sgemm per CPU-second, memcpy and
 # page-cache write rates; the step's per-op profile): the exact reduction's byte floors, the idle CPU the backward pass
 # leaves for the exchange, the share of prep that the store's writes and checksums leave (timed alone with prep's

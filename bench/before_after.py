@@ -5,6 +5,7 @@ from the logs it wrote (one directory). Not run on its own.
 import json
 import os
 import re
+import statistics
 import sys
 import time
 
@@ -382,9 +383,9 @@ ca, cb, cd = best_of("ckpt_after", "RESULT ckpt"), best_of("ckpt_before", "RESUL
 
 def median_of(name, prefix):
     """The median of the median_s values of name's lines starting with prefix, as text ("-" when none)."""
-    m = sorted(pairs(line)["median_s"] for line in read(name).splitlines()
-               if line.startswith(prefix) and "median_s" in pairs(line))
-    return "%.3f" % (m[len(m) // 2] if len(m) % 2 else 0.5 * (m[len(m) // 2 - 1] + m[len(m) // 2])) if m else "-"
+    m = [pairs(line)["median_s"] for line in read(name).splitlines()
+         if line.startswith(prefix) and "median_s" in pairs(line)]
+    return "%.3f" % statistics.median(m) if m else "-"
 
 
 def ccell(r):

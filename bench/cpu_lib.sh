@@ -43,3 +43,12 @@ print(l.openblas_get_corename().decode())' 2>/dev/null) || fm_blas_core=""
       echo "bench: OpenBLAS took its generic $fm_blas_core kernel on this CPU (AVX2, FMA): OPENBLAS_CORETYPE=$fm_pin for every side, as fmhpc chooses" >&2 ;;
   esac
 fi
+# fm_build_step_bench LIBDIR OUTPUT: bench/step_cpu/bench_step.c linked with
+# LIBDIR's libfmhpc_lib.a, compiled against LIBDIR's own source tree's headers
+# (bench/step_cpu/run.sh, profile.sh).
+fm_build_step_bench() {
+  # shellcheck disable=SC2046 # pkg-config prints several words
+  mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$(fm_src_of "$1")/include" $(pkg-config --cflags openblas) \
+    "$ROOT/bench/step_cpu/bench_step.c" "$1/libfmhpc_lib.a" \
+    $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$2"
+}

@@ -12,7 +12,11 @@
  * tok_s, gflops and cpu_s_step are the MEDIAN step's (wall and CPU seconds
  * each their own median), so one step slowed by another process on a shared
  * machine does not decide the figure; mean_ms and best_ms are printed beside.
- * The per-op profile is the mean over the same timed steps. */
+ * The per-op profile is the mean over the same timed steps.
+ * FMHPC_BENCH_PERF_CTL=FIFO (bench/step_cpu/profile.sh): the control fifo of
+ * a `perf record -D -1 --control fifo:FIFO`; sampling is enabled for each
+ * timed step (zero_grad, forward, backward, optimizer) and disabled around
+ * everything else (set-up, warm-up, the exact reduction, the peaks). */
 #include <cblas.h>
 #include <math.h>
 #include <mpi.h>
@@ -29,6 +33,17 @@
 #include "../bench_util.h"
 
 #define MAX_STEPS 200
+
+/* perf's control fifo (FMHPC_BENCH_PERF_CTL), or NULL. perf reads a command
+ * a moment after it is written: at these step lengths (0.1-5 s) the samples
+ * it misses or adds at each edge are well under 1%. */
+static FILE *perf_ctl;
+static void perf_say(const char *cmd) {
+  if (perf_ctl) {
+    fputs(cmd, perf_ctl);
+    fflush(perf_ctl);
+  }
+}
 
 void openblas_set_num_threads(int);
 
@@ -124,11 +139,17 @@ int main(int argc, char **argv) {
   const char *min_env = getenv("FMHPC_BENCH_MIN_S");
   const double min_s = min_env ? atof(min_env) : 4.0;
   const int64_t warm = 3;
+  const char *ctl = getenv("FMHPC_BENCH_PERF_CTL");
+  if (ctl && !(perf_ctl = fopen(ctl, "w"))) {
+    fprintf(stderr, "bench_step: cannot open FMHPC_BENCH_PERF_CTL=%s for writing\n", ctl);
+    return 1;
+  }
   double wall_v[MAX_STEPS], cpu_v[MAX_STEPS];
   double best = 1e30, total = 0, phase[3] = {0, 0, 0}, reduce_s = 0; /* zero_grad, fwd+bwd, optimizer */
   int64_t timed = 0;
   for (int64_t s = 0; timed < MAX_STEPS && (timed < steps || total < min_s); s++) {
     profiling = s >= warm, in_backward = 0;
+    if (s >= warm) perf_say("enable\n");
     const double c0 = cpu_now();
     double t0 = now();
     fm_model_zero_grad(m);
@@ -138,6 +159,7 @@ int main(int argc, char **argv) {
     fm_optim_step(opt, fm_model_param_arena(m), fm_model_grad_arena(m), s + 1, 1e-4f);
     double dt = now() - t0;
     const double dc = cpu_now() - c0;
+    if (s >= warm) perf_say("disable\n");
     /* not part of the step timed against PyTorch (one process has nothing to exchange) */
     double r0 = now();
     fm_reduce_begin(&red);
@@ -193,6 +215,7 @@ int main(int argc, char **argv) {
   const double other_bytes[] = {4.0 * P, 28.0 * P, 20.0 * P};
   print_profile(st, mean, peak, bw, other, other_name, other_bytes, 3, "sgemm", "triad");
   free(shard), free(wcopy), free(tok), free(tgt), free(pos), free(w);
+  if (perf_ctl) fclose(perf_ctl);
   fm_reduce_free(&red);
   fm_comm_destroy(comm);
   fm_optim_free(opt);

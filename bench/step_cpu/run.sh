@@ -25,14 +25,9 @@ THREADS="${2:-$(nproc)}"
 STEPS="${3:-5}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
-build_bench() { # LIBDIR OUTPUT: compiled against LIBDIR's own source tree's headers
-  mpicc -O2 -std=c11 -fopenmp -D_POSIX_C_SOURCE=200809L -I"$(fm_src_of "$1")/include" $(pkg-config --cflags openblas) \
-    "$ROOT/bench/step_cpu/bench_step.c" "$1/libfmhpc_lib.a" \
-    $(pkg-config --libs hdf5-openmpi openblas libpcre2-8 libzstd zlib) -lm -o "$2"
-}
-build_bench "$BUILD" "$OUT/bench_step"
+fm_build_step_bench "$BUILD" "$OUT/bench_step"
 BEFORE="${STEP_BEFORE:-}"
-[ -n "$BEFORE" ] && build_bench "$(cd "$BEFORE" && pwd)" "$OUT/bench_before"
+[ -n "$BEFORE" ] && fm_build_step_bench "$(cd "$BEFORE" && pwd)" "$OUT/bench_before"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $THREADS threads; $STEPS timed steps"
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-unset} (both sides)"
 printf "%-22s %9s %9s %9s %9s %7s %9s %9s %7s %9s %7s\n" case fm_ms fm_tok/s GFLOP/s peak %peak pt_ms pt_tok/s ratio \
@@ -57,9 +52,5 @@ while read -r name arch C L NH NKV F V T B; do
     echo "  $name before: $(grep -E '^(fmhpc|phases)' <<<"$b" | tr '\n' ' ')"
     grep '^profile' <<<"$b" | sed "s/^profile/  $name before/"
   fi
-done <<'CASES'
-gpt2_124M_T64   gpt2  768 12 12 12 3072 50257 64  4
-gpt2_124M_T256  gpt2  768 12 12 12 3072 50257 256 4
-llama_nano_T128 llama 128 4  4  2  352  50257 128 4
-CASES
+done < <(grep -v '^#' "$ROOT/bench/step_cpu/cases.txt")
 echo "goals: fmhpc >= 2x PyTorch tokens/s at gpt2_124M_T256 (3x nano Llama); GFLOP/s >= 85% of the measured GEMM peak"

@@ -30,7 +30,7 @@ fm_build_step_bench "$BUILD" "$OUT/bench_step"
 mkfifo "$OUT/ctl"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); $THREADS threads; case $CASE;" \
   "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
-OMP_NUM_THREADS=$THREADS FMHPC_BENCH_PERF_CTL="$OUT/ctl" perf record -q -F 999 -D -1 --control "fifo:$OUT/ctl" \
+OMP_NUM_THREADS=$THREADS FMHPC_BENCH_PERF_CTL="$OUT/ctl" perf record -q -F 99 -D -1 --control "fifo:$OUT/ctl" \
   -o "$OUT/perf.data" -- "$OUT/bench_step" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" 5 "$THREADS" \
   > "$OUT/log" 2>&1 || { tail -5 "$OUT/log"; exit 1; }
 grep -E '^fmhpc ' "$OUT/log"

@@ -3,12 +3,14 @@
  * (rel) / 1e-5 (max), backward against central differences of the float64
  * loss sum(dout * out) to 1e-5 / 1e-4; accumulation (+=); shapes that span
  * several GEMM tiles; bits independent of the thread count; bf16 emulation
- * equal to an fp32 matmul of pre-rounded operands. */
+ * equal to an fp32 matmul of pre-rounded operands; the tile order of
+ * fm__cpu_gemm_plan against a schedule(dynamic, 1) simulated here. */
 #include <omp.h>
 
 #include "fm_test.h"
 #include "fmhpc/tensor.h"
 #include "ops/ops_check.h"
+#include "../../src/tensor/cpu/cpu_ops.h"
 
 typedef struct MmRef {
   double *inp, *w, *b, *dout; /* b may be NULL */
@@ -205,4 +207,88 @@ FM_TEST(matmul_blas_kernel_not_generic_on_avx2) {
   }
 #endif
   printf("%s\n", info);
+}
+
+/* What schedule(dynamic, 1) does with `order` on T threads of equal speed:
+ * the next tile to the thread that frees first. Returns the finishing time;
+ * also checks that order is a permutation of 0..n-1. */
+static double dyn_sim(const int64_t *order, const double *cost, int64_t n, int T) {
+  double t[16] = {0}, end = 0.0;
+  int seen[FM__GEMM_PLAN_MAX] = {0};
+  for (int64_t k = 0; k < n; k++) {
+    FM_EXPECT(order[k] >= 0 && order[k] < n && !seen[order[k]]);
+    if (order[k] < 0 || order[k] >= n) return -1.0;
+    seen[order[k]] = 1;
+    int j = 0;
+    for (int i = 1; i < T; i++)
+      if (t[i] < t[j]) j = i;
+    t[j] += cost[order[k]];
+    if (t[j] > end) end = t[j];
+  }
+  return end;
+}
+
+/* GPT-2's backward tile sets (dinp's and dw's tiles in one region, in units of
+ * 256 x 768 x 256 multiply-adds): the qkv layer's 4 tiles of K 2304 (9 units)
+ * and 9 of K 1024 (4 units), the attention projection's 3 tiles of K 1024 and
+ * 4 of K 768; MLP projection's 12 of K 1024 and 16 of K 768. Longest
+ * first on two threads ends at 38 and 13 units; splits exist that end at
+ * 36 + 36 and 12 + 12, and the plan must find them and order the tiles so
+ * that the dynamic schedule follows it. On three threads the qkv set's best
+ * end is 25 (no split reaches 72 / 3 = 24: each thread would need 6 of the
+ * 4-unit tiles, or 9 + 9 + ... sums that miss 24). */
+FM_TEST(matmul_tile_plan_balances_mixed_tiles) {
+  const struct {
+    int n1, c1, n2, c2, T;
+    double want; /* the planned end: the best split's */
+  } cases[] = {{4, 9, 9, 4, 2, 36}, {3, 4, 4, 3, 2, 12}, {4, 9, 9, 4, 3, 25}, {12, 4, 16, 3, 2, 48}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    double cost[FM__GEMM_PLAN_MAX];
+    int64_t n = 0, order[FM__GEMM_PLAN_MAX], ident[FM__GEMM_PLAN_MAX];
+    for (int i = 0; i < cases[c].n1; i++) cost[n++] = cases[c].c1;
+    for (int i = 0; i < cases[c].n2; i++) cost[n++] = cases[c].c2;
+    for (int64_t i = 0; i < n; i++) ident[i] = i;
+    const double planned = fm__cpu_gemm_plan(order, cost, n, cases[c].T);
+    const double realised = dyn_sim(order, cost, n, cases[c].T), longest_first = dyn_sim(ident, cost, n, cases[c].T);
+    printf("%d x %d + %d x %d on %d threads: planned %.0f, simulated %.0f, longest first %.0f\n", cases[c].n1,
+           cases[c].c1, cases[c].n2, cases[c].c2, cases[c].T, planned, realised, longest_first);
+    FM_EXPECT(realised == planned);
+    FM_EXPECT(planned == cases[c].want);
+    FM_EXPECT(planned <= longest_first);
+  }
+  /* equal costs, one thread, too many tiles: the identity */
+  double cost[FM__GEMM_PLAN_MAX + 1];
+  int64_t order[FM__GEMM_PLAN_MAX + 1];
+  for (int i = 0; i <= FM__GEMM_PLAN_MAX; i++) cost[i] = 1.0 + (i % 3);
+  for (int k = 0; k < 3; k++) {
+    const int64_t n = k == 2 ? FM__GEMM_PLAN_MAX + 1 : 10;
+    const double eq[10] = {5, 5, 5, 5, 5, 5, 5, 5, 5, 5};
+    fm__cpu_gemm_plan(order, k == 0 ? eq : cost, n, k == 1 ? 1 : 2);
+    for (int64_t i = 0; i < n; i++) FM_EXPECT_EQ_INT(order[i], i);
+  }
+}
+
+/* A backward whose two products have tiles of different cost (dinp: 2 tiles
+ * of K 1536; dw: 6 of K 512), so the planned order is not the identity: the
+ * same bits at 1, 2 and 3 threads. */
+FM_TEST(matmul_bwd_bits_planned_tiles) {
+  ops_seed(9);
+  const int64_t N = 512, C = 768, OC = 1536;
+  float *inp = ops_alloc(N * C), *w = ops_alloc(OC * C), *dout = ops_alloc(N * OC);
+  ops_fill(inp, N * C, -1, 1);
+  ops_fill(w, OC * C, -1, 1);
+  ops_fill(dout, N * OC, -1, 1);
+  float *dinp[3], *dw[3];
+  for (int k = 0; k < 3; k++) {
+    omp_set_num_threads(k + 1);
+    dinp[k] = ops_alloc(N * C), dw[k] = ops_alloc(OC * C);
+    fm_cpu_matmul_bwd(dinp[k], dw[k], NULL, dout, inp, w, N, C, OC);
+  }
+  omp_set_num_threads(1);
+  for (int k = 1; k < 3; k++) {
+    FM_EXPECT_EQ_INT(ops_bits_differ(dinp[0], dinp[k], N * C), 0);
+    FM_EXPECT_EQ_INT(ops_bits_differ(dw[0], dw[k], OC * C), 0);
+  }
+  for (int k = 0; k < 3; k++) free(dinp[k]), free(dw[k]);
+  free(inp), free(w), free(dout);
 }

@@ -31,6 +31,17 @@ void fm__cpu_gemm(int transA, int transB, int64_t M, int64_t N, int64_t K, float
  * region, on a tile the caller owns). */
 void fm__cpu_gemm1(int transA, int transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                    const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* The order fm__cpu_gemm hands a parallel region's tiles out in (matmul.c):
+ * order[0..n) becomes a permutation of the tile indices 0..n-1 such that
+ * `threads` threads taking the next tile as each frees (schedule(dynamic, 1)),
+ * at equal speed, finish when a balanced assignment of the tiles' costs
+ * (cost[i], any unit) says: longest first, then the most and least loaded
+ * threads' tiles re-split exactly (a subset sum), repeatedly. Only the order
+ * changes, never a tile's call, so never a bit. With equal costs, one thread,
+ * or more than FM__GEMM_PLAN_MAX tiles it leaves the identity. Returns the
+ * planned finishing time (the identity's under that schedule otherwise). */
+#define FM__GEMM_PLAN_MAX 64
+double fm__cpu_gemm_plan(int64_t *order, const double *cost, int64_t n, int threads);
 /* Pins OpenBLAS to one thread (once per process; cheap afterwards). */
 void fm__cpu_blas_init(void);
 

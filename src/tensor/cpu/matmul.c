@@ -21,6 +21,8 @@
  * SkylakeX with AVX-512, else Haswell. fm_cpu_blas_info reports the kernel
  * and that choice for logs and benchmarks. */
 #include <cblas.h>
+#include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,17 +157,136 @@ static int64_t gemm_tiles(const GemmCall *g) {
   return ((g->M + FM_GEMM_MB - 1) / FM_GEMM_MB) * ((g->N + FM_GEMM_NB - 1) / FM_GEMM_NB);
 }
 
-/* Tile t (row-major over the tiles of C) of one product: one sgemm call. */
-static void gemm_tile(const GemmCall *g, int64_t t) {
+/* Tile t (row-major over the tiles of C) of one product: its corner and size. */
+static void gemm_tile_at(const GemmCall *g, int64_t t, int64_t *m0, int64_t *n0, int64_t *mb, int64_t *nb) {
   const int64_t tn = (g->N + FM_GEMM_NB - 1) / FM_GEMM_NB;
-  const int64_t m0 = (t / tn) * FM_GEMM_MB;
-  const int64_t n0 = (t % tn) * FM_GEMM_NB;
-  const int64_t mb = g->M - m0 < FM_GEMM_MB ? g->M - m0 : FM_GEMM_MB;
-  const int64_t nb = g->N - n0 < FM_GEMM_NB ? g->N - n0 : FM_GEMM_NB;
+  *m0 = (t / tn) * FM_GEMM_MB;
+  *n0 = (t % tn) * FM_GEMM_NB;
+  *mb = g->M - *m0 < FM_GEMM_MB ? g->M - *m0 : FM_GEMM_MB;
+  *nb = g->N - *n0 < FM_GEMM_NB ? g->N - *n0 : FM_GEMM_NB;
+}
+
+/* Tile t of one product: one sgemm call. */
+static void gemm_tile(const GemmCall *g, int64_t t) {
+  int64_t m0, n0, mb, nb;
+  gemm_tile_at(g, t, &m0, &n0, &mb, &nb);
   const float *a = g->transA ? g->A + m0 : g->A + m0 * g->lda;
   const float *b = g->transB ? g->B + n0 * g->ldb : g->B + n0;
   fm__cpu_gemm1(g->transA, g->transB, mb, nb, g->K, g->alpha, a, g->lda, b, g->ldb, g->beta, g->C + m0 * g->ldc + n0,
                 g->ldc);
+}
+
+/* ---- the order tiles go out in (fm__cpu_gemm_plan, cpu_ops.h) ---- */
+#define FM_PLAN_Q 1024 /* a re-split's subset sum, in units of 1/FM_PLAN_Q of the two threads' cost */
+#define FM_PLAN_W ((FM_PLAN_Q + FM__GEMM_PLAN_MAX) / 64 + 1) /* each cost rounds up by at most one unit */
+
+/* Lowest index of the smallest (want_max 0) or largest (1) load. */
+static int plan_pick(const double *load, int T, int want_max) {
+  int j = 0;
+  for (int k = 1; k < T; k++)
+    if (want_max ? load[k] > load[j] : load[k] < load[j]) j = k;
+  return j;
+}
+
+/* Re-splits threads a and b's tiles so that the larger of their two loads is
+ * as small as a subset sum (over costs quantised to 1/FM_PLAN_Q of the pair's
+ * total) finds; keeps the new split only if it lowers the larger load.
+ * Returns whether it did. */
+static int plan_resplit(int *owner, const double *cost, int64_t n, double *load, int a, int b) {
+  int64_t item[FM__GEMM_PLAN_MAX];
+  int q[FM__GEMM_PLAN_MAX], m = 0, qsum = 0;
+  const double pair = load[a] + load[b];
+  if (a == b || !(pair > 0)) return 0; /* a == b: every load equal */
+  for (int64_t i = 0; i < n; i++)
+    if (owner[i] == a || owner[i] == b) {
+      const long u = lround(cost[i] / pair * FM_PLAN_Q);
+      item[m] = i, q[m] = u > 0 ? (int)u : 1, qsum += q[m], m++;
+    }
+  /* reach[k]: the quantised sums the first k items can make (bit s of the row) */
+  uint64_t reach[FM__GEMM_PLAN_MAX + 1][FM_PLAN_W];
+  const int W = qsum / 64 + 1;
+  memset(reach[0], 0, sizeof reach[0]);
+  reach[0][0] = 1;
+  for (int k = 0; k < m; k++) {
+    const int ws = q[k] / 64, bs = q[k] % 64;
+    for (int w = 0; w < W; w++) {
+      uint64_t sh = 0;
+      if (w - ws >= 0) sh = reach[k][w - ws] << bs;
+      if (bs && w - ws - 1 >= 0) sh |= reach[k][w - ws - 1] >> (64 - bs);
+      reach[k + 1][w] = reach[k][w] | sh;
+    }
+  }
+  int s = qsum / 2;
+  while (s > 0 && !((reach[m][s / 64] >> (s % 64)) & 1)) s--;
+  double la = 0.0, lb = 0.0;
+  int side[FM__GEMM_PLAN_MAX] = {0};
+  for (int k = m; k > 0; k--) { /* item k-1 is in the subset iff the first k-1 items cannot make s */
+    side[k - 1] = !((reach[k - 1][s / 64] >> (s % 64)) & 1);
+    if (side[k - 1]) s -= q[k - 1];
+  }
+  for (int k = 0; k < m; k++) *(side[k] ? &la : &lb) += cost[item[k]];
+  const double before = load[a] > load[b] ? load[a] : load[b];
+  if (!((la > lb ? la : lb) < before * (1.0 - 1e-12))) return 0;
+  for (int k = 0; k < m; k++) owner[item[k]] = side[k] ? a : b;
+  load[a] = la, load[b] = lb;
+  return 1;
+}
+
+double fm__cpu_gemm_plan(int64_t *order, const double *cost, int64_t n, int threads) {
+  for (int64_t i = 0; i < n; i++) order[i] = i;
+  int equal = 1;
+  for (int64_t i = 1; i < n; i++) equal &= cost[i] == cost[0];
+  const int T = threads;
+  if (T < 2 || n <= T || n > FM__GEMM_PLAN_MAX || equal) { /* the identity's finishing time */
+    double t[FM__GEMM_PLAN_MAX] = {0}, end = 0.0;
+    const int tt = T < 1 ? 1 : (T > FM__GEMM_PLAN_MAX ? FM__GEMM_PLAN_MAX : T);
+    for (int64_t i = 0; i < n; i++) {
+      const int j = plan_pick(t, tt, 0);
+      t[j] += cost[i];
+      if (t[j] > end) end = t[j];
+    }
+    return end;
+  }
+  /* longest first (ties: lower index), each to the least loaded thread */
+  int64_t by[FM__GEMM_PLAN_MAX];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t k = i;
+    for (; k > 0 && cost[by[k - 1]] < cost[i]; k--) by[k] = by[k - 1];
+    by[k] = i;
+  }
+  int owner[FM__GEMM_PLAN_MAX];
+  double load[FM__GEMM_PLAN_MAX] = {0};
+  for (int64_t k = 0; k < n; k++) {
+    const int j = plan_pick(load, T, 0);
+    owner[by[k]] = j, load[j] += cost[by[k]];
+  }
+  for (int it = 0; it < 4 * T; it++)
+    if (!plan_resplit(owner, cost, n, load, plan_pick(load, T, 1), plan_pick(load, T, 0))) break;
+  /* The order: each time a thread frees (the earliest; ties: the lowest), the
+   * next tile goes to it, which under schedule(dynamic, 1) at equal speed is
+   * what happens. Its own tiles longest first; when it has none left, the
+   * smallest of the thread with the most work left. */
+  double t[FM__GEMM_PLAN_MAX] = {0}, left[FM__GEMM_PLAN_MAX] = {0}, end = 0.0;
+  int taken[FM__GEMM_PLAN_MAX] = {0};
+  for (int64_t i = 0; i < n; i++) left[owner[i]] += cost[i];
+  for (int64_t pos = 0; pos < n; pos++) {
+    const int j = plan_pick(t, T, 0);
+    int64_t pick = 0;
+    int found = 0;
+    for (int64_t k = 0; k < n && !found; k++)
+      if (!taken[by[k]] && owner[by[k]] == j) pick = by[k], found = 1;
+    if (!found) {
+      const int r = plan_pick(left, T, 1);
+      for (int64_t k = n - 1; k >= 0 && !found; k--)
+        if (!taken[by[k]] && owner[by[k]] == r) pick = by[k], found = 1;
+      for (int64_t k = n - 1; k >= 0 && !found; k--) /* only tiles of no cost left (K = 0) */
+        if (!taken[by[k]]) pick = by[k], found = 1;
+    }
+    taken[pick] = 1, left[owner[pick]] -= cost[pick];
+    order[pos] = pick, t[j] += cost[pick];
+    if (t[j] > end) end = t[j];
+  }
+  return end;
 }
 
 /* Independent products (no product reads what another writes) as one set of
@@ -173,16 +294,33 @@ static void gemm_tile(const GemmCall *g, int64_t t) {
  * it, so the bits are those of running the products one after another; only
  * the threads' idle time changes (a product with an odd tile count, 3 or 9
  * for GPT-2's 768-row weight gradients, no longer leaves a thread waiting at
- * its end). Tiles go out in order, so list the product with the costlier
- * tiles (larger K) first. */
+ * its end). The tiles go out in fm__cpu_gemm_plan's order, costed by their
+ * multiply-adds: GPT-2's qkv backward (4 tiles of K 2304, 9 of K 1024) on two
+ * threads ends after 36 units of 256 x 768 x 256 instead of longest first's 38,
+ * the attention projection's (3 of K 1024, 4 of K 768) after 12, not 13
+ * (test_ops_matmul). */
 static void gemm_run(const GemmCall *g, int n) {
   fm__cpu_blas_init();
   int64_t tiles = 0, work = 0;
   for (int i = 0; i < n; i++) tiles += gemm_tiles(&g[i]), work += g[i].M * g[i].N * g[i].K;
-#pragma omp parallel for schedule(dynamic, 1) if (tiles > 1 && work >= FM_GEMM_OMP_MIN)
-  for (int64_t t = 0; t < tiles; t++) {
+  const int par = tiles > 1 && work >= FM_GEMM_OMP_MIN;
+  int64_t order[FM__GEMM_PLAN_MAX];
+  const int plan = par && n > 1 && tiles <= FM__GEMM_PLAN_MAX;
+  if (plan) {
+    double cost[FM__GEMM_PLAN_MAX] = {0};
+    int64_t t = 0;
+    for (int i = 0; i < n; i++)
+      for (int64_t u = 0; u < gemm_tiles(&g[i]); u++) {
+        int64_t m0, n0, mb, nb;
+        gemm_tile_at(&g[i], u, &m0, &n0, &mb, &nb);
+        cost[t++] = (double)mb * (double)nb * (double)g[i].K;
+      }
+    fm__cpu_gemm_plan(order, cost, tiles, omp_get_max_threads());
+  }
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+  for (int64_t k = 0; k < tiles; k++) {
     int i = 0;
-    int64_t u = t;
+    int64_t u = plan ? order[k] : k;
     while (u >= gemm_tiles(&g[i])) u -= gemm_tiles(&g[i++]);
     gemm_tile(&g[i], u);
   }

@@ -21,8 +21,8 @@ command -v perf >/dev/null || { echo "profile.sh: needs perf (apt-get install li
 source "$ROOT/bench/cpu_lib.sh" "${1:-}"
 THREADS="${2:-$(nproc)}"
 CASE="${3:-gpt2_124M_T256}"
-row=$(grep -v '^#' "$ROOT/bench/step_cpu/cases.txt" | awk -v c="$CASE" '$1 == c') ||
-  { echo "profile.sh: no case '$CASE' in bench/step_cpu/cases.txt" >&2; exit 2; }
+row=$(grep -v '^#' "$ROOT/bench/step_cpu/cases.txt" | awk -v c="$CASE" '$1 == c')
+[ -n "$row" ] || { echo "profile.sh: no case '$CASE' in bench/step_cpu/cases.txt" >&2; exit 2; }
 read -r _ arch C L NH NKV F V T B <<<"$row"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT

@@ -4,7 +4,8 @@
  * a per-op profile of the step against those roofs. Driven by run.sh, which
  * runs PyTorch on the same step beside it.
  *   bench_step ARCH C L NH NKV F V T B STEPS THREADS   (one rank: mpirun -n 1 or none)
- * prints key=value lines (ms_step, tok_s, gflops, peak_gflops, mem_gb_s), the
+ * prints the BLAS line ("blas ": the kernel and the GEMM tile, fm_cpu_blas_info),
+ * key=value lines (ms_step, tok_s, gflops, peak_gflops, mem_gb_s), the
  * phase line and the per-op table (lines starting "profile").
  * Timing: 3 untimed warm-up steps, then at least STEPS timed steps and more
  * until they add up to FMHPC_BENCH_MIN_S seconds (default 4; at most
@@ -112,6 +113,7 @@ int main(int argc, char **argv) {
   const int64_t B = atoll(argv[9]), steps = atoll(argv[10]);
   const int threads = atoi(argv[11]);
   const double peak0 = gemm_peak(threads), bw = mem_bw(threads);
+  printf("blas %s\n", fm_cpu_blas_info());
   omp_set_num_threads(threads);
   fm_log_set_quiet(1);
   const FmModelKind *k = fm_model_find(arch);

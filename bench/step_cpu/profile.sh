@@ -33,7 +33,7 @@ echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); 
 OMP_NUM_THREADS=$THREADS FMHPC_BENCH_PERF_CTL="$OUT/ctl" perf record -q -F 99 -D -1 --control "fifo:$OUT/ctl" \
   -o "$OUT/perf.data" -- "$OUT/bench_step" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" 5 "$THREADS" \
   > "$OUT/log" 2>&1 || { tail -5 "$OUT/log"; exit 1; }
-grep -E '^fmhpc ' "$OUT/log"
+grep -E '^(blas|fmhpc) ' "$OUT/log"
 perf report -i "$OUT/perf.data" --stdio --no-children --sort dso,sym -g none -F overhead,sample,dso,sym \
   > "$OUT/report" 2>/dev/null
 /usr/bin/python3 - "$OUT/log" "$THREADS" "$OUT/report" <<'PY'

@@ -40,9 +40,32 @@
  * interleaved rounds): 4088 ms with 256 x 768 tiles, 4399 ms with the
  * earlier 128 x 512. The price: a 1024 x 768 product has 4 tiles, so beyond
  * 4 threads a rank it does not speed up (run more ranks a node instead).
- * Changing them changes bits (regression/reference/bits_guard.txt). */
+ * Larger tiles, measured by bench/step_cpu/tiles.sh (2-vCPU Zen 5, Haswell
+ * kernel, T = 256, 4 runs each): 512 x 1536 packs 5.9-7.5% of the step's
+ * samples against 8.2-9.0% here, but waits 1.5-2.7% against 1.2-1.7%, so
+ * the micro-kernel's share gains about a point (83.7-86.5% against
+ * 82.7-84.2%); the step's share of peak (82.7-89.3% against 78.6-88.3%,
+ * wall clock on a shared VM) cannot tell them apart; and it halves the tiles
+ * a 1024-row product gives threads. 1024 x 768 was slower (one tile for a
+ * 1024 x 768 product). Not taken.
+ * Changing them changes bits (regression/reference/bits_guard.txt): OpenBLAS
+ * does not sum a row the same way inside a larger call, even for full tiles
+ * (one 512 x 1536 call against four 256 x 768 calls of the same rows and
+ * columns: about 5% of the outputs differ in the last bits, at K from 64 to
+ * 3072), so tiles cannot be merged for speed without new bits either.
+ * A build may set them (-DFM_GEMM_MB=512 -DFM_GEMM_NB=1536 in CMAKE_C_FLAGS,
+ * as tiles.sh does) to measure another tile; its bits are then its own, and
+ * fm_cpu_blas_info names the tile (the run log's "train: run" line,
+ * fmhpc --version's "cpu gemm"). */
+#ifndef FM_GEMM_MB
 #define FM_GEMM_MB 256
+#endif
+#ifndef FM_GEMM_NB
 #define FM_GEMM_NB 768
+#endif
+#if FM_GEMM_MB < 1 || FM_GEMM_NB < 1
+#error "FM_GEMM_MB and FM_GEMM_NB (the CPU GEMM tile) must be positive"
+#endif
 /* Below this many multiply-adds a parallel region costs more than it saves. */
 #define FM_GEMM_OMP_MIN ((int64_t)1 << 18)
 /* The bias and column-sum loops vectorise; their clones (FM_CPU_CLONES,

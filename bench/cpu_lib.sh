@@ -2,12 +2,20 @@
 # of libfmhpc_lib.a (the benchmarks time the CPU backend and link with plain
 # cc/mpicc, so no CUDA objects): $1 when given, else $ROOT/build-bench,
 # configured and built here when missing or out of date.
+# fm_build_cpu_lib DIR [CMAKE_ARG...]: configure ROOT's tree in DIR as the
+# benchmarks' CPU-only Release build (extra arguments go to cmake, e.g.
+# tiles.sh's CMAKE_C_FLAGS) and build libfmhpc_lib.a there.
+fm_build_cpu_lib() {
+  local dir=$1
+  shift
+  cmake -S "$ROOT" -B "$dir" -DFMHPC_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$dir" --target fmhpc_lib -j"$(nproc)" >/dev/null
+}
 if [ -n "${1:-}" ]; then
   BUILD="$(cd "$1" && pwd)"
 else
   BUILD="$ROOT/build-bench"
-  cmake -S "$ROOT" -B "$BUILD" -DFMHPC_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$BUILD" --target fmhpc_lib -j"$(nproc)" >/dev/null
+  fm_build_cpu_lib "$BUILD"
 fi
 if nm -A "$BUILD/libfmhpc_lib.a" 2>/dev/null | grep -q '\.cu\.o:'; then
   echo "bench: $BUILD has CUDA objects; pass a CPU-only build (-DFMHPC_CUDA=OFF) or none" >&2

@@ -24,11 +24,10 @@ THREADS="${THREADS:-$(nproc)}"
 CASE="${CASE:-gpt2_124M_T256}"
 OUT="$(mktemp -d)"
 trap 'rm -rf "$OUT"' EXIT
+source "$ROOT/bench/cpu_lib.sh" "$OUT" # for fm_build_cpu_lib; each build is its own directory below
 for t in "$@"; do
   echo "tiles.sh: building the CPU library with ${t} tiles" >&2
-  cmake -S "$ROOT" -B "$OUT/build_$t" -DFMHPC_CUDA=OFF -DBUILD_TESTING=OFF -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_C_FLAGS="-DFM_GEMM_MB=${t%x*} -DFM_GEMM_NB=${t#*x}" >/dev/null
-  cmake --build "$OUT/build_$t" --target fmhpc_lib -j"$(nproc)" >/dev/null
+  fm_build_cpu_lib "$OUT/build_$t" -DCMAKE_C_FLAGS="-DFM_GEMM_MB=${t%x*} -DFM_GEMM_NB=${t#*x}"
 done
 printf "%-10s %5s %9s %8s %8s %10s %8s %7s\n" tile round ms_step "%peak" "%peak/cpu" micro-kernel packing waits
 for r in $(seq 1 "$ROUNDS"); do

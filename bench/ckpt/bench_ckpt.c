@@ -84,8 +84,9 @@ int main(int argc, char **argv) {
   fm_dist_state_add(&s.dist, "optim/v", FM_DIST_FLAT_SHARD, v, 0);
   fm_dist_state_add(&s.dist, "reduce/amax_prev", FM_DIST_WHOLE_F32, amax, nb);
   FmCkptProfile prof, worst_prof, best_prof = {0};
-  static const char *const pnames[] = {"prepare", "create", "open",  "run_state", "hash",   "dset_meta", "dset_write",
-                                       "agree",   "close",  "fsync", "rename",    "retain", "total",     "cpu"};
+  static const char *const pnames[] = {"prepare", "create",    "open",       "run_state", "hash",
+                                       "flush",   "dset_meta", "dset_write", "agree",     "close",
+                                       "fsync",   "rename",    "retain",     "total",     "cpu"};
   enum { NPROF = sizeof pnames / sizeof *pnames };
   _Static_assert(sizeof(FmCkptProfile) == NPROF * sizeof(double), "one name per profile field");
   double best = 1e30, *times = calloc((size_t)reps, sizeof *times);
@@ -114,8 +115,10 @@ int main(int argc, char **argv) {
     struct stat st;
     if (c->rank == 0 && stat(path, &st) == 0) bytes = (long long)st.st_size;
     if (c->rank == 0)
-      printf("REP ckpt %d seconds=%.3f dset_write=%.3f hash=%.3f agree=%.3f fsync=%.3f previous_removal=%.3f\n", k + 1,
-             worst, worst_prof.dset_write, worst_prof.hash, worst_prof.agree, worst_prof.fsync, tr);
+      printf(
+          "REP ckpt %d seconds=%.3f dset_write=%.3f hash=%.3f flush=%.3f agree=%.3f fsync=%.3f previous_removal=%.3f\n",
+          k + 1, worst, worst_prof.dset_write, worst_prof.hash, worst_prof.flush, worst_prof.agree, worst_prof.fsync,
+          tr);
     times[k] = worst;
     if (worst < best) best = worst, best_prof = worst_prof;
   }

@@ -124,7 +124,8 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
  * monotonic clock; the benchmark prints the slowest rank's): the directory
  * and free-space check with latest.tmp, the file's creation and reservation,
  * the parallel open, the run-state attributes, the checksums (hashing and
- * the digests' exchange), dataset creation and attributes, each rank's
+ * the digests' exchange), the wait for the flush of each flat array's data
+ * that runs while the rank hashes it, dataset creation and attributes, each rank's
  * independent data writes of its shard, the one agreement per flat array
  * after its writes, the close (HDF5's flush of
  * metadata and truncation), then rank 0's commit: the file's fsync, the
@@ -132,7 +133,8 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
  * cpu the process's CPU seconds in it (user + system: the page-cache copy
  * is system time). */
 typedef struct FmCkptProfile {
-  double prepare, create, open, run_state, hash, dset_meta, dset_write, agree, close, fsync, rename, retain, total, cpu;
+  double prepare, create, open, run_state, hash, flush, dset_meta, dset_write, agree, close, fsync, rename, retain,
+      total, cpu;
 } FmCkptProfile;
 void fm_ckpt_last_profile(FmCkptProfile *p);
 

@@ -154,10 +154,6 @@ static int digests_combine(const FmTensorTable *tab, Digests *g, FmComm *c, char
   return rc ? FM_EMPI : 0;
 }
 
-/* The checksums of the tensors of one flat array (params or one optimizer
- * state) from the shard [lo, hi) each rank holds (base = element lo): each rank
- * hashes its pieces into a zeroed table, the table is OR-reduced, and each
- * tensor's checksum is the SHA-256 of its pieces' digests. hex: (n, 65). */
 /* Every piece of the flat array that lies whole in this rank's [lo, hi)
  * (base = element lo), hashed into g. */
 static void hash_range(const FmTensorTable *tab, Digests *g, const float *base, int64_t lo, int64_t hi) {
@@ -167,6 +163,10 @@ static void hash_range(const FmTensorTable *tab, Digests *g, const float *base, 
   }
 }
 
+/* The checksums of the tensors of one flat array (params or one optimizer
+ * state) from the shard [lo, hi) each rank holds (base = element lo): each rank
+ * hashes its pieces into a zeroed table, the table is OR-reduced, and each
+ * tensor's checksum is the SHA-256 of its pieces' digests. hex: (n, 65). */
 static int array_digests(const FmTensorTable *tab, const float *base, int64_t lo, int64_t hi, FmComm *c,
                          char (*hex)[65]) {
   Digests g = digests_new(tab);
@@ -519,8 +519,8 @@ static int hash_flushing(H5 *h, const char *group, const FmTensorTable *tab, Dig
  * dataset created (collective metadata, agreed one by one), then each rank
  * writes its shard's parts independently (no collective in between, so the
  * ranks' writes overlap instead of taking turns dataset by dataset) and
- * hashes them while the file is flushed (hash_flushing), one agreement, the digests combined, and the
- * sha256 attributes written (collective). */
+ * hashes them while the file is flushed (hash_flushing), one agreement, the
+ * digests combined, and the sha256 attributes written (collective). */
 static int array_write(H5 *h, const char *group, const FmTensorTable *tab, const float *base, int64_t lo, int64_t hi) {
   hid_t *ds = fm_xmalloc(sizeof *ds * (size_t)(tab->n > 0 ? tab->n : 1));
   char(*hex)[65] = fm_xcalloc((size_t)(tab->n > 0 ? tab->n : 1), sizeof *hex);

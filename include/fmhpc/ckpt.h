@@ -125,10 +125,10 @@ int fm_ckpt_write(const char *dir, const FmCkptState *s, int keep, FmComm *comm,
  * and free-space check with latest.tmp, the file's creation and reservation,
  * the parallel open, the run-state attributes, the checksums (hashing and
  * the digests' exchange), the wait for the flush of each flat array's data
- * that runs while the rank hashes it, dataset creation and attributes, each rank's
- * independent data writes of its shard, the one agreement per flat array
- * after its writes, the close (HDF5's flush of
- * metadata and truncation), then rank 0's commit: the file's fsync, the
+ * that runs while the rank hashes it, dataset creation and attributes, each
+ * rank's independent data writes of its shard, the one agreement per flat
+ * array after its writes, the close (HDF5's flush of metadata and
+ * truncation), then rank 0's commit: the file's fsync, the
  * renames with the directory's fsyncs, and retention. total is the call;
  * cpu the process's CPU seconds in it (user + system: the page-cache copy
  * is system time). */

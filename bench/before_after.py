@@ -255,7 +255,7 @@ for P in (2, 4):
 
 # ---- prep against the tokenizer ----------------------------------------------
 tok = read("tok")
-m = re.search(r"(\d+) tokens, ([0-9.]+) s, (\d+) tokens/s", tok)
+m = re.search(r"docs, \d+ bytes, (\d+) tokens, ([0-9.]+) s, (\d+) tokens/s", tok)  # not the cold pass line
 tt = read("tok.time").split()
 tok_cpu = None
 if m and len(tt) >= 3:

@@ -181,7 +181,8 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < (size_t)M * K; i++) x[i] = uniform(&seed);
   for (size_t i = 0; i < (size_t)N * K; i++) w[i] = uniform(&seed);
   Packed p = {M, N, K, KC, (M + MR - 1) / MR, N / NR, NULL, NULL};
-  p.A = aligned_alloc(64, sizeof(float) * ((size_t)p.mp * MR * K + 64)); /* + the packer's slack */
+  /* + the packer's slack; aligned_alloc's size a multiple of the alignment */
+  p.A = aligned_alloc(64, sizeof(float) * (((size_t)p.mp * MR * K + 64 + 15) / 16 * 16));
   p.B = aligned_alloc(64, sizeof(float) * (size_t)p.np * NR * K);
   const int has512 = __builtin_cpu_supports("avx512f");
   double t_blas = 1e30, t_pack = 1e30, t_own = 1e30, t_512 = 1e30;

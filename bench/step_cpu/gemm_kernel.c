@@ -20,13 +20,13 @@
  * Measured on a 2-vCPU Zen 5 (OPENBLAS_CORETYPE=Haswell, idle, taskset -c 0;
  * products 1024 x {768, 2304, 3072} x 768 and 1024 x 768 x 3072): OpenBLAS's
  * tiles 101-104 GFLOP/s, packing included; the AVX2 kernel 101-103 without
- * its packing, 0.95-0.97x OpenBLAS with it (2.8-4.6% of its time); OpenBLAS
+ * its packing, 0.95-0.97x OpenBLAS with it (2.8-4.7% of its time); OpenBLAS
  * alone on one warm 256 x 768 tile runs 108. So on AVX2 a plain kernel does
  * not pay for packing once: it would need OpenBLAS's kernel rate first. The
  * AVX-512 kernel: 141-145 GFLOP/s (six accumulators, so FMA latency bounds
  * it), bits equal to the AVX2 kernel's in every case tried.
  * A measurement, not fmhpc's code. Not run in CI. Build and run:
- *   cc -O3 -std=gnu11 -mavx2 -mfma bench/step_cpu/gemm_kernel.c -lopenblas -lm -o /tmp/gemm_kernel
+ *   cc -O3 -std=gnu11 -mavx2 -mfma -Iinclude bench/step_cpu/gemm_kernel.c -lopenblas -lm -o /tmp/gemm_kernel
  *   OPENBLAS_CORETYPE=Haswell taskset -c 0 /tmp/gemm_kernel [M N K [KC]]
  * (M, N, K: C is M x N, N a multiple of 16; KC: the K block, default 256). */
 #include <cblas.h>
@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "fmhpc/rng.h"
 
 #include "../bench_util.h"
 
@@ -162,11 +164,6 @@ static double max_err(int M, int N, int K, const float *x, const float *w, const
   return e;
 }
 
-static float uniform(uint64_t *s) {
-  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-  return (float)((double)(*s >> 40) / 16777216.0 - 0.5);
-}
-
 int main(int argc, char **argv) {
   const int M = argc > 1 ? atoi(argv[1]) : 1024, N = argc > 2 ? atoi(argv[2]) : 2304,
             K = argc > 3 ? atoi(argv[3]) : 768;
@@ -174,12 +171,11 @@ int main(int argc, char **argv) {
   if (M < 1 || N < NR || N % NR || K < 1 || KC < 1)
     return fprintf(stderr, "usage: gemm_kernel [M N K [KC]] (N a multiple of %d)\n", NR), 2;
   openblas_set_num_threads(1);
-  uint64_t seed = 7;
   float *x = malloc(sizeof(float) * (size_t)M * K), *w = malloc(sizeof(float) * (size_t)N * K);
   float *c_blas = malloc(sizeof(float) * (size_t)M * N), *c_own = malloc(sizeof(float) * (size_t)M * N);
   float *c_512 = malloc(sizeof(float) * (size_t)M * N);
-  for (size_t i = 0; i < (size_t)M * K; i++) x[i] = uniform(&seed);
-  for (size_t i = 0; i < (size_t)N * K; i++) w[i] = uniform(&seed);
+  for (size_t i = 0; i < (size_t)M * K; i++) x[i] = fm_rng_uniform(7, 0, 0, i) - 0.5f; /* in [-0.5, 0.5) */
+  for (size_t i = 0; i < (size_t)N * K; i++) w[i] = fm_rng_uniform(7, 1, 0, i) - 0.5f;
   Packed p = {M, N, K, KC, (M + MR - 1) / MR, N / NR, NULL, NULL};
   /* + the packer's slack; aligned_alloc's size a multiple of the alignment */
   p.A = aligned_alloc(64, sizeof(float) * (((size_t)p.mp * MR * K + 64 + 15) / 16 * 16));

@@ -161,13 +161,14 @@ FM_TEST(xent_three_chunks_ragged) { /* 5003 = 2048 + 2048 + 907 */
   ops_seed(52);
   check_xent(9, 12, 5003, 0);
 }
-FM_TEST(xent_many_row_blocks) { /* 300 rows: three 128-row tasks, one ragged */
+FM_TEST(xent_many_row_blocks) { /* 300 rows: two 256-row tasks, one ragged */
   ops_seed(53);
   check_xent(300, 4, 2100, 0);
 }
 
 FM_TEST(xent_masked_row_blocks) { /* 1300 rows: blocks of 512 (the last ragged); rows 128-1023
-                                    masked: three masked 128-row tasks in block 0, all of block 1 */
+                                    masked: half of block 0's first 256-row task, all of its second,
+                                    all of block 1 */
   ops_seed(54);
   mask_lo = 128, mask_hi = 1024;
   check_xent(1300, 4, 2100, 0);

@@ -36,9 +36,30 @@
 
 #include "cpu_ops.h"
 
+/* The sizes. Each logits call (RB x VC, K = C) packs its VC x C slice of w
+ * again, and each dx call (RB x C, K = VC) the same slice, so w is copied
+ * twice per RB rows: the copies per multiply-add fall as RB grows. Measured
+ * on the GPT-2 124M head (N 1024, C 768, V 50257, 2 threads, 2-vCPU Zen 5,
+ * OpenBLAS Haswell kernel, best of 3, interleaved): RB 128 1445-1517 ms,
+ * RB 256 1398-1466 ms (4% less), RB 512 with RS 1024 1366-1395 ms; in the
+ * whole step (bench/step_cpu/profile.sh) OpenBLAS's panel packing fell from
+ * 9.0-9.4% of the samples to 7.8-8.1%. RB 256 keeps two tasks a block for
+ * two threads at RS 512 (RB 512 would need RS 1024: twice the scratch, and
+ * still one task a thread). The calls' shapes set the bits (matmul.c), so
+ * changing a size changes them (regression/reference/bits_guard*.txt); a
+ * build may set them (-DFM_XENT_RB=... in CMAKE_C_FLAGS) to measure. */
+#ifndef FM_XENT_VC
 #define FM_XENT_VC 2048 /* vocab columns per logits call */
-#define FM_XENT_RB 128  /* rows per logits and dx call */
-#define FM_XENT_RS 512  /* rows per block held whole (a multiple of FM_XENT_RB) */
+#endif
+#ifndef FM_XENT_RB
+#define FM_XENT_RB 256 /* rows per logits and dx call */
+#endif
+#ifndef FM_XENT_RS
+#define FM_XENT_RS 512 /* rows per block held whole (a multiple of FM_XENT_RB) */
+#endif
+#if FM_XENT_VC < 1 || FM_XENT_RB < 1 || FM_XENT_RS < FM_XENT_RB || FM_XENT_RS % FM_XENT_RB
+#error "FM_XENT_VC, FM_XENT_RB must be positive and FM_XENT_RS a multiple of FM_XENT_RB"
+#endif
 
 #define FM_XENT_G 8 /* rows whose sums of exp run side by side (no effect on bits) */
 

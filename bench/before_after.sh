@@ -12,7 +12,7 @@
 # its timed steps, bench/step_cpu/bench_step.c; STEP_ROUNDS (default 2, quick
 # 1) rounds of after, before, PyTorch, and each side's best round counts) (bench/step_cpu: GPT-2 124M B=4 at
 # T=256 and T=64, nano Llama T=128; tokens/s against PyTorch, GFLOP/s against
-# the sgemm peak measured in the same process), the exact reduction against a
+# the sgemm peak measured in the same process, beside each timed step), the exact reduction against a
 # float MPI_Allreduce at P=2 and P=4 (bench/reduce: the exchange alone; a
 # GPT-2 micro-batch per rank with the exchange raw and exposed), prep against
 # the tokenizer alone (PREP_ROUNDS, default 7, quick 1, rounds of tokenizer,

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fmhpc/dist.h"
 #include "fmhpc/model.h"
@@ -48,32 +49,46 @@ static void perf_say(const char *cmd) {
 
 void openblas_set_num_threads(int);
 
-/* Best of 5 multi-threaded OpenBLAS sgemm at 2048^3: the machine's fp32 roof
- * as far as this process can reach it. main measures it before and after the
- * timed steps and keeps the larger, so a burst of load on a shared machine
- * during one measurement does not lower the roof (and raise "% of peak").
+/* Best of REPS multi-threaded OpenBLAS sgemm at 2048^3: the machine's fp32
+ * roof as far as this process can reach it. main measures it (best of 5)
+ * before and after the timed steps and keeps the larger, so a burst of load
+ * on a shared machine during one measurement does not lower the roof (and
+ * raise "% of peak"); and (best of 3) beside each timed step, for the
+ * step's share of the peak measured next to it (share_adj below).
  * OpenBLAS goes back to one thread before it returns: the backend's rule
  * (matmul.c) is one BLAS thread per tile; a step run with more has every
  * tile's sgemm from each OpenMP thread hand work to OpenBLAS's own pool,
  * whose thread then competes for the cores (it did so from 7cf232d on,
- * until the peak restored the count itself). */
-static double gemm_peak(int threads) {
+ * until the peak restored the count itself). The operands are made once. */
+static float *peak_a, *peak_c;
+static double gemm_peak(int threads, int reps) {
   (void)fm_cpu_blas_info(); /* the backend's kernel choice first (matmul.c): the peak runs the same kernel */
   const int n = 2048;
-  float *a = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
-  for (int i = 0; i < n * n; i++) a[i] = (float)(i % 13) * 0.01f;
+  if (!peak_a) {
+    peak_a = malloc((size_t)n * n * 4), peak_c = malloc((size_t)n * n * 4);
+    for (int i = 0; i < n * n; i++) peak_a[i] = (float)(i % 13) * 0.01f;
+  }
   openblas_set_num_threads(threads);
   double best = 1e30;
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < reps; k++) {
     double t0 = now();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, a, n, 0.0f, c, n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, peak_a, n, peak_a, n, 0.0f, peak_c, n);
     double dt = now() - t0;
     if (dt < best) best = dt;
   }
   openblas_set_num_threads(1);
-  free(a);
-  free(c);
   return 2.0 * n * (double)n * n / best / 1e9;
+}
+
+/* The peak beside a timed step: best of 3, then a pause of 0.2 s, untimed.
+ * OpenBLAS's pool threads spin (sched_yield) for about 2^28 cycles after
+ * their last job before they sleep (blas_server.c, THREAD_TIMEOUT): without
+ * the pause one would compete with the next step's OpenMP threads. */
+static double gemm_peak_beside(int threads) {
+  const double p = gemm_peak(threads, 3);
+  const struct timespec pause = {0, 200000000};
+  nanosleep(&pause, NULL);
+  return p;
 }
 
 #include "../op_profile.h"
@@ -112,7 +127,11 @@ int main(int argc, char **argv) {
   d.HS = d.C / d.NH, d.tied = strcmp(arch, "gpt2") == 0, d.norm_eps = 1e-5, d.rope_theta = 10000.0;
   const int64_t B = atoll(argv[9]), steps = atoll(argv[10]);
   const int threads = atoi(argv[11]);
-  const double peak0 = gemm_peak(threads), bw = mem_bw(threads);
+  if (steps < 1 || threads < 1) {
+    fprintf(stderr, "bench_step: STEPS and THREADS must be at least 1\n");
+    return 2;
+  }
+  const double peak0 = gemm_peak(threads, 5), bw = mem_bw(threads);
   printf("blas %s\n", fm_cpu_blas_info());
   omp_set_num_threads(threads);
   fm_log_set_quiet(1);
@@ -146,10 +165,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_step: cannot open FMHPC_BENCH_PERF_CTL=%s for writing\n", ctl);
     return 1;
   }
-  double wall_v[MAX_STEPS], cpu_v[MAX_STEPS];
+  double wall_v[MAX_STEPS], cpu_v[MAX_STEPS], peak_v[MAX_STEPS + 1] = {0}; /* peak_v[i], [i + 1]: beside step i */
   double best = 1e30, total = 0, phase[3] = {0, 0, 0}, reduce_s = 0; /* zero_grad, fwd+bwd, optimizer */
   int64_t timed = 0;
   for (int64_t s = 0; timed < MAX_STEPS && (timed < steps || total < min_s); s++) {
+    if (s == warm) peak_v[0] = gemm_peak_beside(threads);
     profiling = s >= warm, in_backward = 0;
     if (s >= warm) perf_say("enable\n");
     const double c0 = cpu_now();
@@ -179,10 +199,11 @@ int main(int argc, char **argv) {
       if (dt < best) best = dt;
       phase[0] += t1 - t0, phase[1] += t2 - t1, phase[2] += t0 + dt - t2;
       reduce_s += now() - r0;
+      peak_v[timed] = gemm_peak_beside(threads);
     }
   }
   profiling = 0;
-  const double peak1 = gemm_peak(threads), peak = peak1 > peak0 ? peak1 : peak0;
+  const double peak1 = gemm_peak(threads, 5), peak = peak1 > peak0 ? peak1 : peak0;
   double fwd = 0; /* the forward alone, to split forward+backward */
   for (int64_t s = 0; s < timed; s++) {
     double t0 = now();
@@ -191,6 +212,23 @@ int main(int argc, char **argv) {
   }
   const double mean = total / (double)timed, med = median(wall_v, timed);
   const double flops = k->train_flops_per_token(&d) * (double)n;
+  /* Each timed step's GFLOP/s over the larger of the two peaks measured
+   * beside it (before and after: the VM's speed drifts by several per cent
+   * over the minutes a run takes, which a peak measured once a run cannot
+   * follow), and the median of those shares. */
+  double share_v[MAX_STEPS], peak_lo = 1e30, peak_hi = 0;
+  for (int64_t i = 0; i < timed; i++) {
+    const double pk = peak_v[i] > peak_v[i + 1] ? peak_v[i] : peak_v[i + 1];
+    share_v[i] = flops / wall_v[i] / 1e9 / pk;
+  }
+  for (int64_t i = 0; i <= timed; i++) {
+    if (peak_v[i] < peak_lo) peak_lo = peak_v[i];
+    if (peak_v[i] > peak_hi) peak_hi = peak_v[i];
+  }
+  printf(
+      "beside share_adj=%.4f peak_adj_lo=%.2f peak_adj_hi=%.2f (each timed step's GFLOP/s over the larger peak "
+      "measured next to it, best of 3; the median over the steps)\n",
+      median(share_v, timed), peak_lo, peak_hi);
   printf(
       "fmhpc params=%lld ms_step=%.1f mean_ms=%.1f best_ms=%.1f tok_s=%.0f gflops=%.2f peak_gflops=%.2f "
       "mem_gb_s=%.2f cpu_s_step=%.3f steps=%lld (median step of the timed ones; 3 warm-up steps)\n",
@@ -216,7 +254,7 @@ int main(int argc, char **argv) {
    * rank's all-gather itself moves nothing). */
   const double other_bytes[] = {4.0 * P, 28.0 * P, 20.0 * P};
   print_profile(st, mean, peak, bw, other, other_name, other_bytes, 3, "sgemm", "triad");
-  free(shard), free(wcopy), free(tok), free(tgt), free(pos), free(w);
+  free(shard), free(wcopy), free(tok), free(tgt), free(pos), free(w), free(peak_a), free(peak_c);
   if (perf_ctl) fclose(perf_ctl);
   fm_reduce_free(&red);
   fm_comm_destroy(comm);

@@ -3,8 +3,10 @@
 # fmhpc and of PyTorch (python3-torch 1.13, float32) on the same model, batch
 # and thread count: GPT-2 124M at B=4, T=64 and T=256, and the nano Llama.
 # Prints ms/step, tokens/s, GFLOP/s (6N + attention per token), the share of
-# the machine's measured fp32 GEMM peak (multi-threaded OpenBLAS sgemm 2048^3),
-# and fmhpc/PyTorch; then each case's per-op profile (forward, loss, backward,
+# the machine's measured fp32 GEMM peak (multi-threaded OpenBLAS sgemm 2048^3;
+# column peak: the larger of its measurements before and after the timed
+# steps; %peak: the median over the timed steps of each step's share of the
+# peak measured next to it, which follows the VM's drift), and fmhpc/PyTorch; then each case's per-op profile (forward, loss, backward,
 # zero_grad, optimizer, the exact reduction's local passes: ms, GFLOP/s, GB/s
 # and the share of the op's roofline from the measured sgemm peak and triad
 # memory bandwidth). STEP_BEFORE=DIR (a CPU build of another commit, e.g. main
@@ -41,15 +43,16 @@ while read -r name arch C L NH NKV F V T B; do
   p=$(/usr/bin/python3 "$ROOT/bench/step_cpu/torch_step.py" "$arch" "$C" "$L" "$NH" "$NKV" "$F" "$V" "$T" "$B" "$STEPS" "$THREADS")
   get() { grep -o " $1=[0-9.]*" <<<" $2" | head -1 | cut -d= -f2; }
   awk -v n="$name" -v fm="$(get ms_step "$f")" -v ft="$(get tok_s "$f")" -v g="$(get gflops "$f")" \
-      -v pk="$(get peak_gflops "$f")" -v pm="$(get ms_step "$p")" -v pt="$(get tok_s "$p")" -v bt="$(get tok_s "$b")" 'BEGIN {
-    printf "%-22s %9.1f %9.0f %9.2f %9.2f %6.1f%% %9.1f %9.0f %6.2fx", n, fm, ft, g, pk, 100*g/pk, pm, pt, ft/pt
+      -v pk="$(get peak_gflops "$f")" -v sa="$(get share_adj "$f")" -v pm="$(get ms_step "$p")" -v pt="$(get tok_s "$p")" \
+      -v bt="$(get tok_s "$b")" 'BEGIN {
+    printf "%-22s %9.1f %9.0f %9.2f %9.2f %6.1f%% %9.1f %9.0f %6.2fx", n, fm, ft, g, pk, 100*(sa != "" ? sa : g/pk), pm, pt, ft/pt
     if (bt != "") printf " %9.0f %6.2fx", bt, ft/bt
     printf "\n" }'
   echo "  $name $p"
-  echo "  $name fmhpc: $(grep -E '^(fmhpc|phases)' <<<"$f" | tr '\n' ' ')"
+  echo "  $name fmhpc: $(grep -E '^(fmhpc|phases|beside)' <<<"$f" | tr '\n' ' ')"
   grep '^profile' <<<"$f" | sed "s/^profile/  $name fmhpc/"
   if [ -n "$b" ]; then
-    echo "  $name before: $(grep -E '^(fmhpc|phases)' <<<"$b" | tr '\n' ' ')"
+    echo "  $name before: $(grep -E '^(fmhpc|phases|beside)' <<<"$b" | tr '\n' ' ')"
     grep '^profile' <<<"$b" | sed "s/^profile/  $name before/"
   fi
 done < <(grep -v '^#' "$ROOT/bench/step_cpu/cases.txt")

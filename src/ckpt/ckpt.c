@@ -992,7 +992,13 @@ static void test_kill_commit(int64_t step, int point) {
 
 /* Rank 0: rename into place, point `latest` at it (latest.tmp was written by
  * prepare_dir), prune this run's older checkpoints (another run's files in
- * the directory are not ours to delete). */
+ * the directory are not ours to delete). This run's checkpoints of a later
+ * step than the one just written were left by the line it went back from (a
+ * resume from an earlier checkpoint): they are neither counted in keep nor
+ * pruned, so the file `latest` now names is always kept (counting them would
+ * delete it, with keep no larger than their number), and they stay the
+ * user's to remove; rank 0 says so once. One of them is replaced only when
+ * this line writes the same step again. */
 static int commit(const char *dir, const char *partial, const char *final, int64_t step, int keep, const char *run_id,
                   char *why) {
   char tmp[4200], latest[4200];
@@ -1021,13 +1027,32 @@ static int commit(const char *dir, const char *partial, const char *final, int64
   int n = fm_ckpt_list(dir, &paths);
   n = only_run(paths, n, run_id);
   char **doomed = fm_xcalloc((size_t)(n > keep ? n - keep : 0) + 1, sizeof *doomed);
-  int nd = 0;
-  for (int i = 0; i < n && paths; i++)
-    if (i < keep)
+  int nd = 0, kept = 0, later = 0;
+  long long first_later = 0;
+  for (int i = 0; i < n && paths; i++) { /* newest first */
+    long long st = 0;
+    step_of(strrchr(paths[i], '/') + 1, ".h5", &st);
+    if (st > step) {
+      later++, first_later = st;
       free(paths[i]);
-    else
+    } else if (kept < keep) {
+      kept++;
+      free(paths[i]);
+    } else {
       doomed[nd++] = paths[i];
+    }
+  }
   free(paths);
+  static bool told;
+  if (later && !told) {
+    told = true;
+    fm_warn0(
+        "checkpoint: %s holds %d checkpoint(s) of this run at later steps than %lld (from step %lld: left "
+        "when this run went back to an earlier checkpoint); retention keeps them outside &ckpt keep and never "
+        "deletes them (remove them when no longer wanted); one is replaced only if this run writes that step "
+        "again",
+        dir, later, (long long)step, first_later);
+  }
   DIR *d = opendir(dir);
   for (struct dirent *e; d && (e = readdir(d));) {
     long long st;

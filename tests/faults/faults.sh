@@ -14,6 +14,10 @@
 #             is told so, writes step_2 and step_4, and its retention (keep=1)
 #             deletes only its own step_2; B again with resume='auto' resumes
 #             from its own step_4 (the file `latest` names), not A's step_6
+#   rollback  a run writes step_1..step_3 (keep=5); resumed from step_1 with
+#             keep=1 it writes step_2: its retention keeps step_2 (the file
+#             `latest` names) and the earlier line's step_3 (counted outside
+#             keep, and said so); resume='auto' then continues from step_2
 #   checksum  the store's manifest carries each dataset's SHA-256: the intact
 #             store is stated verified; one token changed to another valid id
 #             (a copy of the store) stops training on both ranks, naming the
@@ -107,6 +111,22 @@ run_id)
   expect run_b2 120 0 "resume: $D/ckpt/step_00000004.h5, step 4 .*run id $(grep -o 'run id [0-9a-f]*' "$WORK/run_b.log" | cut -c8-)" \
     "${TRAIN[@]}" train%steps=5 ckpt%every=2 ckpt%keep=1 "run%out_dir='$D/b'" "ckpt%dir='$D/ckpt'"
   echo "PASS: run_id"
+  ;;
+rollback)
+  D=$WORK/rollback
+  rm -rf "$D"
+  expect rb_a 120 0 "checkpoint: $D/ckpt/step_00000003.h5" "${TRAIN[@]}" train%steps=3 ckpt%every=1 ckpt%keep=5 \
+    "run%out_dir='$D'"
+  expect rb_b 120 0 "holds 1 checkpoint\(s\) of this run at later steps than 2 \(from step 3" "${TRAIN[@]}" \
+    train%steps=2 ckpt%every=1 ckpt%keep=1 "ckpt%resume='$D/ckpt/step_00000001.h5'" "run%out_dir='$D'"
+  have=$(cd "$D/ckpt" && ls step_*.h5 | tr '\n' ' ')
+  [ "$have" = "step_00000002.h5 step_00000003.h5 " ] || fail "rollback: after the resume the directory holds $have"
+  [ "$(cat "$D/ckpt/latest")" = step_00000002.h5 ] || fail "rollback: latest is not the new step_2"
+  expect rb_auto 120 0 "resume: $D/ckpt/step_00000002.h5, step 2" "${TRAIN[@]}" train%steps=4 ckpt%every=1 \
+    ckpt%keep=1 "run%out_dir='$D'"
+  have=$(cd "$D/ckpt" && ls step_*.h5 | tr '\n' ' ')
+  [ "$have" = "step_00000004.h5 " ] || fail "rollback: after the line passed step 3 the directory holds $have"
+  echo "PASS: rollback"
   ;;
 checksum)
   /usr/bin/python3 - "$DATA" <<'PY'  # the manifest's checksums, recomputed with hashlib

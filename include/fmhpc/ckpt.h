@@ -149,8 +149,10 @@ void fm_ckpt_log_written(const char *path, double seconds);
 int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size_t why_len);
 
 /* The weights only (every rank the whole vector w, checksums verified), for
- * eval, generate and ifd. Collective. 0, or FM_ECKPT with `why`. */
-int fm_ckpt_read_params(const char *path, const FmTensorTable *params, float *w, FmComm *comm, char *why,
+ * eval, generate and ifd; deck (may be NULL) gets the stored deck (malloc'd,
+ * the caller frees; NULL when the file has none). Collective. 0, or
+ * FM_ECKPT with `why`. */
+int fm_ckpt_read_params(const char *path, const FmTensorTable *params, float *w, FmComm *comm, char **deck, char *why,
                         size_t why_len);
 
 /* Resume as &ckpt resume says: 'none' (returns 1), a path (that file; failure

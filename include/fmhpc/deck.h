@@ -139,6 +139,9 @@ void fm_deck_free(FmDeck *d);
 /* A key's value(s) as the resolved deck writes them ("0.9, 0.95", "'gpt2'"),
  * malloc'd; and whether two decks hold the same value (resume's check). */
 char *fm_deck_value_text(const FmDeck *d, int key_id);
+/* A REAL as the deck writes it (shortest text that reads back to the same
+ * double: 1e-5, 10000.0) into buf (n >= 32): for messages that quote one. */
+void fm_deck_fmt_real(char *buf, size_t n, double x);
 bool fm_deck_key_equal(const FmDeck *a, const FmDeck *b, int key_id);
 
 #endif

@@ -1364,6 +1364,7 @@ int fm_ckpt_read(const char *path, FmCkptState *s, FmComm *comm, char *why, size
 typedef struct ParamsArg {
   const FmTensorTable *params;
   float *w;
+  char **deck; /* NULL, or gets the stored deck */
 } ParamsArg;
 
 /* Every rank reads the whole vector; the digests of identical pieces combine
@@ -1374,6 +1375,10 @@ static int read_params(H5 *h, void *arg) {
   char fmt[32] = "";
   int64_t np = -1;
   int rc = root < 0 || attr_read_str(root, "format", fmt, sizeof fmt) || attr_read_i64(root, "n_params", &np);
+  if (p->deck && root >= 0) {
+    free(*p->deck);
+    *p->deck = attr_read_vlstr(root, "deck");
+  }
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint (no format = 'fmhpc-ckpt' attribute)", h->path);
@@ -1385,9 +1390,9 @@ static int read_params(H5 *h, void *arg) {
   return rc ? rc : array_io(h, 'r', "params", p->params, p->w, 0, p->params->numel);
 }
 
-int fm_ckpt_read_params(const char *path, const FmTensorTable *params, float *w, FmComm *comm, char *why,
+int fm_ckpt_read_params(const char *path, const FmTensorTable *params, float *w, FmComm *comm, char **deck, char *why,
                         size_t why_len) {
-  ParamsArg a = {params, w};
+  ParamsArg a = {params, w, deck};
   return read_file(path, comm, why, why_len, read_params, &a);
 }
 

@@ -880,6 +880,14 @@ int fm_deck_validate(const FmDeck *d, FILE *err) {
 }
 
 /* ---- comparing decks (resume) ------------------------------------------- */
+void fm_deck_fmt_real(char *buf, size_t n, double x) {
+  FmStr b;
+  fm_str_init(&b);
+  fmt_real(&b, x);
+  snprintf(buf, n, "%s", b.s);
+  fm_str_free(&b);
+}
+
 char *fm_deck_value_text(const FmDeck *d, int key_id) {
   FmStr v;
   fm_str_init(&v);

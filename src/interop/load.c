@@ -17,16 +17,96 @@ static bool is_checkpoint(const char *path) {
   return (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) || (n > 3 && strcmp(path + n - 3, ".h5") == 0);
 }
 
+/* One &model key whose value differs between the checkpoint's model and
+ * this deck's: the line, and the deck setting that matches the checkpoint. */
+static void model_diff(FILE *err, FmStr *fix, int *n, const char *path, const char *key, const char *then,
+                       const char *now) {
+  if (err && !*n)
+    fprintf(err,
+            "fmhpc: %s: the checkpoint holds another model than this deck's &model (the same number of "
+            "parameters, but its weights mean something else here):\n",
+            path);
+  if (err) fprintf(err, "  &model %s = %s in the checkpoint, %s in this deck\n", key, then, now);
+  fm_str_printf(fix, " %s = %s", key, then);
+  (*n)++;
+}
+
+static void diff_int(FILE *err, FmStr *fix, int *n, const char *path, const char *key, int64_t then, int64_t now) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%lld", (long long)then);
+  snprintf(b, sizeof b, "%lld", (long long)now);
+  if (then != now) model_diff(err, fix, n, path, key, a, b);
+}
+
+static void diff_real(FILE *err, FmStr *fix, int *n, const char *path, const char *key, double then, double now) {
+  char a[48], b[48];
+  fm_deck_fmt_real(a, sizeof a, then);
+  fm_deck_fmt_real(b, sizeof b, now);
+  if (then != now) model_diff(err, fix, n, path, key, a, b);
+}
+
+/* A checkpoint's weights mean what the &model of its stored deck says; the
+ * parameter count alone does not tell two models apart (n_head at one width,
+ * norm_eps, rope_theta). The model that deck describes (fm_model_dims) must
+ * be this one, key by key, as resume requires (train/compat.c; seq_len is
+ * free here: for GPT-2 it is in the shapes, for Llama it changes no weight).
+ * Every rank reads the same file, so every rank decides alike. */
+static int check_ckpt_model(const FmModel *m, const char *path, const char *stored, FILE *err) {
+  if (!stored) {
+    fm_warn0("%s stores no deck: its &model cannot be compared with this deck's (the parameter count matches)", path);
+    return 0;
+  }
+  FmDeck old;
+  fm_deck_init(&old);
+  FmDeckSource src = {path, stored, false};
+  FmModelDims d;
+  const FmModelKind *k = NULL;
+  if (fm_deck_bind(&old, 1, &src, NULL) || fm_model_dims(&d, &k, &old, NULL)) {
+    fm_warn0("%s: the deck it stores does not bind in this version: its &model cannot be compared with this deck's",
+             path);
+    fm_deck_free(&old);
+    return 0;
+  }
+  fm_deck_free(&old);
+  const FmModelDims *now = fm_model_param_dims(m);
+  const FmModelKind *kn = fm_model_get_kind(m);
+  FmStr fix;
+  fm_str_init(&fix);
+  int n = 0;
+  if (k != kn) {
+    char a[64], b[64];
+    snprintf(a, sizeof a, "'%s'", k->name);
+    snprintf(b, sizeof b, "'%s'", kn->name);
+    model_diff(err, &fix, &n, path, "arch", a, b);
+  }
+  diff_int(err, &fix, &n, path, "d_model", d.C, now->C);
+  diff_int(err, &fix, &n, path, "n_layer", d.L, now->L);
+  diff_int(err, &fix, &n, path, "n_head", d.NH, now->NH);
+  diff_int(err, &fix, &n, path, "n_kv_head", d.NKV, now->NKV);
+  diff_int(err, &fix, &n, path, "head_dim", d.HS, now->HS);
+  diff_int(err, &fix, &n, path, "d_ff", d.F, now->F);
+  diff_int(err, &fix, &n, path, "vocab_size", d.V, now->V);
+  if (d.tied != now->tied)
+    model_diff(err, &fix, &n, path, "tie_embeddings", d.tied ? ".true." : ".false.", now->tied ? ".true." : ".false.");
+  diff_real(err, &fix, &n, path, "norm_eps", d.norm_eps, now->norm_eps);
+  diff_real(err, &fix, &n, path, "rope_theta", d.rope_theta, now->rope_theta);
+  if (n && err) fprintf(err, "hint: to match this checkpoint, set in the deck: &model%s /\n", fix.s);
+  fm_str_free(&fix);
+  return n ? FM_EDECK : 0;
+}
+
 /* The weights of an fmhpc checkpoint: its /params, every checksum verified
- * (collective over comm). */
+ * (collective over comm), into the model its stored deck describes. */
 static int import_checkpoint(FmModel *m, float *w, const char *path, FmComm *comm, FILE *err) {
   if (!comm) {
     if (err) fprintf(err, "fmhpc: %s: loading a checkpoint needs the ranks' communicator (internal)\n", path);
     return FM_EINVAL;
   }
-  char why[12288];
-  int rc = fm_ckpt_read_params(path, fm_model_params(m), w, comm, why, sizeof why);
+  char why[12288], *stored = NULL;
+  int rc = fm_ckpt_read_params(path, fm_model_params(m), w, comm, &stored, why, sizeof why);
   if (rc && err) fprintf(err, "fmhpc: %s\nhint: a model is an fmhpc checkpoint (step_N.h5) or an HF directory\n", why);
+  if (!rc) rc = check_ckpt_model(m, path, stored, err);
+  free(stored);
   return rc;
 }
 

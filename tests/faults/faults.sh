@@ -18,6 +18,10 @@
 #             keep=1 it writes step_2: its retention keeps step_2 (the file
 #             `latest` names) and the earlier line's step_3 (counted outside
 #             keep, and said so); resume='auto' then continues from step_2
+#   ckpt_model generate from a checkpoint with a deck whose &model differs
+#             in n_head (the same parameter count) or norm_eps: exit 2 naming
+#             each key with both values and the setting that matches; with
+#             the checkpoint's model, the text is made (exit 0)
 #   checksum  the store's manifest carries each dataset's SHA-256: the intact
 #             store is stated verified; one token changed to another valid id
 #             (a copy of the store) stops training on both ranks, naming the
@@ -127,6 +131,20 @@ rollback)
   have=$(cd "$D/ckpt" && ls step_*.h5 | tr '\n' ' ')
   [ "$have" = "step_00000004.h5 " ] || fail "rollback: after the line passed step 3 the directory holds $have"
   echo "PASS: rollback"
+  ;;
+ckpt_model)
+  D=$WORK/ckpt_model
+  rm -rf "$D"
+  expect cm_train 120 0 "checkpoint: $D/ckpt/step_00000001.h5" "${TRAIN[@]}" train%steps=1 ckpt%every=1 "run%out_dir='$D'"
+  GEN=("$SRC/inputs/generate.in" model%d_model=32 model%n_layer=1 model%seq_len=32 "generate%model='$D/ckpt/step_00000001.h5'"
+       "generate%tokenizer='$ENC'" "generate%prompts='The kernel'" generate%max_tokens=4 "run%out_dir='$D/gen'")
+  expect cm_heads 60 2 "&model n_head = 2 in the checkpoint, 4 in this deck" "${GEN[@]}" model%n_head=4
+  grep -q "hint: to match this checkpoint, set in the deck: &model n_head = 2 " "$WORK/cm_heads.log" ||
+    fail "ckpt_model: no hint naming n_head = 2"
+  expect cm_eps 60 2 "&model norm_eps = 1e-5 in the checkpoint, 0.001 in this deck" "${GEN[@]}" model%n_head=2 \
+    model%norm_eps=1e-3
+  expect cm_same 60 0 "generate: 1 prompts" "${GEN[@]}" model%n_head=2
+  echo "PASS: ckpt_model"
   ;;
 checksum)
   /usr/bin/python3 - "$DATA" <<'PY'  # the manifest's checksums, recomputed with hashlib

@@ -28,6 +28,13 @@ int32_t fm_sample_argmax(const float *logits, int64_t V) {
   return (int32_t)best;
 }
 
+/* The positions a sequence can hold: its prompt (len < T) + max_tokens, at
+ * most the context T (the text stops there), computed without overflowing
+ * int64 (&generate max_tokens may be as large as the deck allows). */
+static int64_t seq_need(int64_t len, int64_t max_tokens, int64_t T) {
+  return max_tokens > T - len ? T : len + max_tokens;
+}
+
 static int cand_cmp(const void *pa, const void *pb) {
   const FmSampleCand *a = pa, *b = pb;
   if (a->logit != b->logit) return a->logit > b->logit ? -1 : 1;
@@ -396,7 +403,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
                       (long long)seq[i].len, (long long)dims.T);
         rc = FM_EDECK;
       }
-      const int64_t need = seq[i].len + c->generate.max_tokens;
+      const int64_t need = rc ? 0 : seq_need(seq[i].len, c->generate.max_tokens, dims.T);
       if (!rc && seq[i].cap < need) {
         seq[i].cap = need;
         seq[i].ids = fm_xrealloc(seq[i].ids, (size_t)need * sizeof(int32_t));
@@ -408,8 +415,8 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
    * (stop reason "context"), as before. */
   int64_t ctx = 1;
   for (int i = 0; !rc && i < p.n; i++) {
-    const int64_t need = seq[i].len + c->generate.max_tokens;
-    if (need > dims.T)
+    const int64_t need = seq_need(seq[i].len, c->generate.max_tokens, dims.T);
+    if (c->generate.max_tokens > dims.T - seq[i].len)
       fm_warn0(
           "generate: prompt %d (%lld tokens) + max_tokens %lld passes &model seq_len = %lld: its text stops "
           "at the context (stop 'context')",

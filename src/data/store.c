@@ -374,20 +374,27 @@ static void grow(FmStore *st, int64_t n) {
   st->seg = fm_xrealloc(st->seg, (size_t)n * R * sizeof *st->seg);
 }
 
-/* Every id of a row must be a token of the store's vocabulary: a corrupt
- * shard would otherwise index past the embedding table. */
-static int check_ids(const FmStore *st, int s, int64_t row, const uint32_t *tr) {
-  const int64_t sample = st->first[s] + row;
-  for (int64_t t = 0; t < st->info.row_len; t++)
-    if (tr[t] >= (uint64_t)st->info.vocab_size) {
-      fm_err(
-          "%s: row %lld (sample %lld), column %lld: token id %lu >= vocab_size %lld of the store: the shard is "
-          "corrupt or from another tokenizer\nhint: run task='prep' again for this store",
-          st->name[s], (long long)row, (long long)sample, (long long)t, (unsigned long)tr[t],
-          (long long)st->info.vocab_size);
-      return FM_EFORMAT;
-    }
-  return 0;
+static int row_problem(const FmStoreInfo *in, const uint32_t *tok, const uint8_t *mask, const int32_t *seg,
+                       const int32_t *pos, int64_t *col, char *why, size_t n);
+
+/* Every row read for training obeys the format's rules, the ones --verify
+ * checks (row_problem): a corrupt shard whose checksums were re-made, or a
+ * store written by another tool, would otherwise index past the embedding
+ * tables (a token id, a position id) or train on a mask or segments that
+ * mean something else. Row u of the rows just read. */
+static int check_row(const FmStore *st, int s, int64_t row, int64_t u) {
+  const int64_t R = st->info.row_len;
+  int64_t col = 0;
+  char why[200];
+  if (!row_problem(&st->info, st->tok + u * R, st->mask + u * R, st->seg + u * R,
+                   st->info.has_position_ids ? st->pos + u * R : NULL, &col, why, sizeof why))
+    return 0;
+  fm_err(
+      "%s: row %lld (sample %lld), column %lld: %s: the shard is corrupt or not written by fmhpc's prep\n"
+      "hint: run task='prep' again for this store, or restore the shard from a copy (fmhpc --verify checks every "
+      "row)",
+      st->name[s], (long long)row, (long long)(st->first[s] + row), (long long)col, why);
+  return FM_EFORMAT;
 }
 
 static int read_batch(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b, bool coll) {
@@ -436,7 +443,7 @@ static int read_batch(FmStore *st, const int64_t *ids, int64_t n, FmBatch *b, bo
       if (u < 0 || st->rows[u] != row) u++;
       const uint32_t *tr = st->tok + u * R;
       const uint8_t *mr = st->mask + u * R;
-      if (check_ids(st, s, row, tr)) return FM_EFORMAT;
+      if (check_row(st, s, row, u)) return FM_EFORMAT;
       for (int64_t t = 0; t < T; t++) {
         b->tokens[slot * T + t] = (int32_t)tr[t];
         b->targets[slot * T + t] = (int32_t)tr[t + 1];
@@ -486,8 +493,11 @@ static int row_problem(const FmStoreInfo *in, const uint32_t *tok, const uint8_t
                "padding 0", (long)seg[t], (long)prev);
       return 1;
     }
-    if (pos && pos[t] < 0) {
-      snprintf(why, n, "position id %ld < 0", (long)pos[t]);
+    if (pos && (pos[t] < 0 || pos[t] > t)) { /* doc_reset counts from 0 in each piece, continuous is the column */
+      snprintf(why, n,
+               "position id %ld at column %lld: positions are 0 .. the column (the model's embedding has "
+               "seq_len rows)",
+               (long)pos[t], (long long)t);
       return 1;
     }
     prev = seg[t];

@@ -843,12 +843,15 @@ def store_cases():
          ["rows_seg/train_00000: row 5 (sample 5), column 3: segment id 9 after 1: a row numbers its documents 1, 2, ... "
           "from column 0, then padding 0: the shard is corrupt or not written by fmhpc's prep"]),
         ("verify_position_id", ["--verify", rows_pos], 1,
-         ["rows_pos/train_00000: row 5 (sample 5), column 3: position id -4 < 0: the shard is corrupt or not written by fmhpc's prep"]),
+         ["rows_pos/train_00000: row 5 (sample 5), column 3: position id -4 at column 3: positions are 0 .. the column "
+          "(the model's embedding has seq_len rows): the shard is corrupt or not written by fmhpc's prep"]),
         # training reads the batch: the message, and every rank stops (it was an abort through FM_CHECK, with
         # 'unrecoverable error' and Open MPI's abort banner after the message)
         ("train_token_id", [train("t23.in", every_token, train_keys="")], 1,
-         [re.compile(r"every_token/train_00000: row [0-9]+ \(sample [0-9]+\), column 3: token id 1000 >= vocab_size 269 of "
-                     r"the store: the shard is corrupt or from another tokenizer"), "hint: run task='prep' again for this store"]),
+         [re.compile(r"every_token/train_00000: row [0-9]+ \(sample [0-9]+\), column 3: token id 1000 >= vocab_size 269: "
+                     r"the shard is corrupt or not written by fmhpc's prep"),
+          "hint: run task='prep' again for this store, or restore the shard from a copy (fmhpc --verify checks every "
+          "row)"]),
         ("prep_resume_edited_input", [edited], 1,
          [os.path.join(tmp, "w_edited", ".prep_work", "fingerprint") + ": committed windows of a different prep (deck, "
           "tokenizer, inputs or window file version changed)"]),

@@ -27,10 +27,12 @@
 #             (a copy of the store) stops training on both ranks, naming the
 #             shard and the dataset
 #   verify    fmhpc --verify STORE at 2 ranks: the intact store is OK (exit 0);
-#             a changed token fails its SHA-256; a loss mask of 2 and a
-#             segment id that skips a document, each planted in a copy whose
-#             manifest is re-signed with hashlib (so only the row checks can
-#             see them), are named by shard, row, sample and column
+#             a changed token fails its SHA-256; a loss mask of 2, a
+#             segment id that skips a document and a position id past its
+#             column, each planted in a copy whose manifest is re-signed with
+#             hashlib (so only the row checks can see them), are named by
+#             shard, row, sample and column; training on the bad positions
+#             stops with the same message (it segfaulted)
 #   rank_kill rank 1 SIGKILLed mid-run (not the launcher) after a checkpoint:
 #             the job ends within 60 s with Open MPI naming the lost rank
 #             (mpirun ends every rank at a rank's abnormal exit: no heartbeat of
@@ -123,6 +125,8 @@ rollback)
     "run%out_dir='$D'"
   expect rb_b 120 0 "holds 1 checkpoint\(s\) of this run at later steps than 2 \(from step 3" "${TRAIN[@]}" \
     train%steps=2 ckpt%every=1 ckpt%keep=1 "ckpt%resume='$D/ckpt/step_00000001.h5'" "run%out_dir='$D'"
+  grep -qF "left when this run went back to an earlier checkpoint); retention keeps them outside &ckpt keep and never deletes them (remove them when no longer wanted); one is replaced only if this run writes that step again" \
+    "$WORK/rb_b.log" || fail "rollback: the warning's text"
   have=$(cd "$D/ckpt" && ls step_*.h5 | tr '\n' ' ')
   [ "$have" = "step_00000002.h5 step_00000003.h5 " ] || fail "rollback: after the resume the directory holds $have"
   [ "$(cat "$D/ckpt/latest")" = step_00000002.h5 ] || fail "rollback: latest is not the new step_2"
@@ -143,7 +147,20 @@ ckpt_model)
     fail "ckpt_model: no hint naming n_head = 2"
   expect cm_eps 60 2 "&model norm_eps = 1e-5 in the checkpoint, 0.001 in this deck" "${GEN[@]}" model%n_head=2 \
     model%norm_eps=1e-3
+  grep -qF "fmhpc: $D/ckpt/step_00000001.h5: the checkpoint holds another model than this deck's &model (the same number of parameters, but its weights mean something else here):" \
+    "$WORK/cm_heads.log" || fail "ckpt_model: no header line"
   expect cm_same 60 0 "generate: 1 prompts" "${GEN[@]}" model%n_head=2
+  # a checkpoint without a stored deck, or with one this version cannot bind: loaded, with a warning
+  for k in nodeck baddeck; do
+    cp "$D/ckpt/step_00000001.h5" "$D/$k.h5"
+    /usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+')
+if sys.argv[2] == 'nodeck': del f.attrs['deck']
+else: f.attrs['deck'] = '&model no_such_key = 1 /'" "$D/$k.h5" "$k"
+  done
+  expect cm_nodeck 60 0 "nodeck.h5 stores no deck: its &model cannot be compared with this deck's \\(the parameter count matches\\)" \
+    "${GEN[@]}" model%n_head=2 "generate%model='$D/nodeck.h5'"
+  expect cm_baddeck 60 0 "baddeck.h5: the deck it stores does not bind in this version: its &model cannot be compared with this deck's" \
+    "${GEN[@]}" model%n_head=2 "generate%model='$D/baddeck.h5'"
   echo "PASS: ckpt_model"
   ;;
 checksum)
@@ -193,6 +210,10 @@ if kind == "token":      # a valid id changed: only the SHA-256 sees it
     t = np.memmap(f + ".tokens.bin", dtype="<u4", mode="r+"); i = int(np.argmax(t < 1000)); t[i] += 1; t.flush()
 elif kind == "mask":     # row 5, column 7
     t = np.memmap(f + ".loss_mask.bin", dtype="u1", mode="r+"); t[5 * R + 7] = 2; t.flush()
+elif kind == "position": # row 5, column 9: past the context (the embedding's rows)
+    t = np.memmap(f + ".position_ids.bin", dtype="<i4", mode="r+"); t[5 * R + 9] = 1000000; t.flush()
+elif kind == "position_all": # column 9 of every row: the first batch of training reads one
+    t = np.memmap(f + ".position_ids.bin", dtype="<i4", mode="r+"); t[9::R] = 1000000; t.flush()
 else:                    # segment: row 5, column 3 jumps two documents ahead
     t = np.memmap(f + ".segment_ids.bin", dtype="<i4", mode="r+"); t[5 * R + 3] = t[5 * R + 2] + 2; t.flush()
 if kind != "token":
@@ -208,14 +229,20 @@ PY
   expect verify_ok 60 0 "^verify: OK" --verify "$DATA/train.json"
   grep -q "verify:   SHA-256: every dataset of every shard matches the manifest" "$WORK/verify_ok.log" ||
     fail "verify_ok: the SHA-256 line is missing"
-  for k in token mask segment; do plant $k; done
+  for k in token mask segment position position_all; do plant $k; done
   expect verify_token 60 1 "verify_token/train.json: shard 'train_00000': dataset 'tokens' does not match its SHA-256" \
     --verify "$WORK/verify_token/train.json"
   expect verify_mask 60 1 "train_00000: row 5 \\(sample 5\\), column 7: loss mask 2: masks are 0 or 1" \
     --verify "$WORK/verify_mask/train.json"
   expect verify_segment 60 1 "train_00000: row 5 \\(sample 5\\), column 3: segment id [0-9]+ after [0-9]+" \
     --verify "$WORK/verify_segment/train.json"
-  ! grep -q "^verify: OK" "$WORK/verify_mask.log" "$WORK/verify_segment.log" || fail "a bad store was called OK"
+  expect verify_position 60 1 "train_00000: row 5 \\(sample 5\\), column 9: position id 1000000 at column 9" \
+    --verify "$WORK/verify_position/train.json"
+  # training reads rows with the same rules: a position past the context crashed the embedding (SIGSEGV)
+  expect train_position 60 nz "train_00000: row [0-9]+ \\(sample [0-9]+\\), column 9: position id 1000000 at column 9" \
+    "${TRAIN[@]}" train%steps=1 "data%train='$WORK/verify_position_all/train.json'" "run%out_dir='$WORK/train_position'"
+  ! grep -q "^verify: OK" "$WORK/verify_mask.log" "$WORK/verify_segment.log" "$WORK/verify_position.log" ||
+    fail "a bad store was called OK"
   echo "PASS: verify"
   ;;
 rank_kill)

@@ -220,6 +220,7 @@ static void prep_free(Prep *p) {
   free(p->in);
   free(p->out);
   free(p->work);
+  free(p->stage);
   free(p->rec);
   free(p->rtext);
   free(p->ids);
@@ -295,7 +296,7 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
     return rc;
   }
   /* phase 2: every window's row counts and stats, placed by prefix sums */
-  int64_t nW = (nrec + p.W - 1) / p.W;
+  int64_t nW = nrec / p.W + (nrec % p.W != 0); /* not (nrec + W - 1) / W: window_docs may be near INT64_MAX */
   WinInfo *wi = fm_xcalloc((size_t)nW, sizeof *wi), *sum = fm_xcalloc((size_t)nW, sizeof *sum);
   for (int64_t w = p.rank; w < nW && !rc; w += p.P) rc = fm__prep_read_window_header(&p, w, &wi[w]);
   rc = agree(world, rc);
@@ -321,9 +322,29 @@ int fm_prep_run(const FmDeck *deck, FmComm *world, FILE *log) {
     fm__prep_remove_work(&p, nW);
     rc = FM_EDATA;
   }
+  if (!rc && tot[ST_docs_train] == 0) {
+    /* a store training cannot use: refused before any shard is written, so a store already in the output
+     * directory is left as it was (its shards would otherwise be replaced or removed as stale) */
+    if (err)
+      fprintf(err,
+              "prep: the train split would hold no document: %lld records read, %lld shorter than min_chars = %lld, "
+              "%lld longer than max_chars = %lld, %lld bad records skipped, %lld longer than a row dropped by "
+              "packing = 'bfd', %lld documents to valid\n"
+              "hint: check &prep text_field / mode against the JSONL, min_chars, max_chars, packing and "
+              "valid_fraction; nothing was written\n",
+              (long long)tot[ST_records], (long long)tot[ST_too_short], (long long)p.min_chars,
+              (long long)tot[ST_too_long], (long long)p.max_chars, (long long)tot[ST_bad_skipped],
+              (long long)tot[ST_dropped_train], (long long)tot[ST_docs_valid]);
+    fm__idle_barrier(world);
+    fm__prep_remove_work(&p, nW);
+    rc = FM_EDATA;
+  }
   bool want_valid = p.valid_fraction > 0 || tot[ST_docs_valid] > 0;
   for (int i = 0; i < p.nin; i++) want_valid |= p.in[i].valid;
+  if (!rc) rc = fm__prep_clear_stage(&p);
   for (int s = 0; s < (want_valid ? 2 : 1) && !rc; s++) rc = fm__prep_write_split(&p, s, nW, sum, tot, &nsh[s]);
+  if (!rc) rc = fm__prep_publish(&p);
+  if (rc) fm__prep_drop_stage(&p); /* the output directory as it was (the windows stay, for a rerun) */
   if (!rc) {
     fm__prep_report(&p, tot, nW, nsh, fm_now_s() - p.t0);
     fm__prep_remove_stale(&p, nsh, want_valid);

@@ -93,7 +93,7 @@ typedef struct Prep {
   Input *in;
   int nin;
   int64_t total_bytes;
-  char *out, *work;
+  char *out, *work, *stage; /* stage: work/stage, where the new shards and manifests wait (fm__prep_publish) */
   /* window being built */
   Record *rec;
   int64_t nrec, reccap;
@@ -150,6 +150,15 @@ void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_
 int fm__prep_prepare_dirs(Prep *p);
 void fm__prep_remove_work(const Prep *p, int64_t nW);
 void fm__prep_remove_stale(const Prep *p, const int64_t nsh[2], bool wrote_valid);
+/* The new store is written into p->stage (fm__prep_write_split), not over the
+ * output directory's files: a prep that fails or is killed while writing
+ * leaves a store already there as it was. Collective. clear_stage empties
+ * and creates it (rank 0; 0 or FM_EIO, agreed), drop_stage removes it (rank
+ * 0), publish moves its shards into the output directory, then the
+ * manifests, valid.json before train.json (0 or FM_EIO, agreed). */
+int fm__prep_clear_stage(const Prep *p);
+void fm__prep_drop_stage(const Prep *p);
+int fm__prep_publish(const Prep *p);
 void fm__prep_rowbuf_free(RowBuf *b);
 
 #endif

@@ -463,9 +463,9 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
       rcnt[nruns] = hi - lo;
       rw[nruns++] = w;
     }
-    char name[64], *path = fm_xmalloc(strlen(p->out) + 80);
+    char name[64], *path = fm_xmalloc(strlen(p->stage) + 80);
     snprintf(name, sizeof name, "%s_%05lld%s", split_names[s], (long long)j, is_h5 ? ".h5" : "");
-    sprintf(path, "%s/%s", p->out, name);
+    sprintf(path, "%s/%s", p->stage, name);
     FmShardMeta m = {split_names[s],
                      (int)j,
                      (int)nsh,
@@ -522,8 +522,8 @@ int fm__prep_write_split(Prep *p, int s, int64_t nW, const WinInfo *wi, const in
     fm_str_cat(&b, "  ],\n  \"provenance\": ");
     fm_str_cat(&b, prov);
     fm_str_cat(&b, "}\n");
-    char *path = fm_xmalloc(strlen(p->out) + 64), *part = fm_xmalloc(strlen(p->out) + 80);
-    sprintf(path, "%s/%s.json", p->out, split_names[s]);
+    char *path = fm_xmalloc(strlen(p->stage) + 64), *part = fm_xmalloc(strlen(p->stage) + 80);
+    sprintf(path, "%s/%s.json", p->stage, split_names[s]);
     sprintf(part, "%s.partial", path);
     FILE *f = fopen(part, "wb");
     if (!f || fwrite(b.s, 1, b.len, f) != b.len || fclose(f) || rename(part, path)) {
@@ -576,13 +576,6 @@ void fm__prep_report(const Prep *p, const int64_t *tot, int64_t nW, const int64_
           p->deck->c.prep.format);
   fprintf(o, "time         %.1f s\n", secs);
   fflush(o);
-  if (tot[ST_docs_train] == 0) /* a store training cannot use: said, not left to the training run */
-    fm_warn0(
-        "prep: the train split holds no document: %lld records read, %lld shorter than min_chars = %lld, "
-        "%lld longer than max_chars = %lld, %lld bad records skipped, %lld documents to valid\n"
-        "hint: check &prep text_field / mode against the JSONL, min_chars, max_chars and valid_fraction",
-        (long long)tot[ST_records], (long long)tot[ST_too_short], (long long)p->min_chars, (long long)tot[ST_too_long],
-        (long long)p->max_chars, (long long)tot[ST_bad_skipped], (long long)tot[ST_docs_valid]);
 }
 
 /* The prep settings a resumed run must share with the killed one. */
@@ -637,6 +630,8 @@ int fm__prep_prepare_dirs(Prep *p) {
   p->out = fm_xstrdup(p->deck->c.prep.output);
   p->work = fm_xmalloc(strlen(p->out) + 16);
   sprintf(p->work, "%s/.prep_work", p->out);
+  p->stage = fm_xmalloc(strlen(p->work) + 8);
+  sprintf(p->stage, "%s/stage", p->work);
   if (p->rank == 0) {
     char fp[65], old[80] = "", *fpath = fm_xmalloc(strlen(p->work) + 16);
     fingerprint(p, fp);
@@ -737,8 +732,96 @@ void fm__prep_remove_stale(const Prep *p, const int64_t nsh[2], bool wrote_valid
   fm_str_free(&gone);
 }
 
+/* Rank 0: every file in the stage directory (prep writes only files there),
+ * then the directory itself when rmdir_too. */
+static void empty_stage(const Prep *p, bool rmdir_too) {
+  DIR *d = opendir(p->stage);
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+    char *path = fm_xmalloc(strlen(p->stage) + strlen(e->d_name) + 2);
+    sprintf(path, "%s/%s", p->stage, e->d_name);
+    unlink(path);
+    free(path);
+  }
+  if (d) closedir(d);
+  if (rmdir_too) rmdir(p->stage);
+}
+
+int fm__prep_clear_stage(const Prep *p) {
+  int rc = 0;
+  if (p->rank == 0) {
+    empty_stage(p, false); /* a killed earlier run's shards: this run writes them again */
+    if (mkdir(p->stage, 0755) != 0 && errno != EEXIST) {
+      fm_err("%s: cannot create: %s\nhint: &prep output must be a writable directory", p->stage, strerror(errno));
+      rc = FM_EIO;
+    }
+  }
+  return agree(p->world, rc);
+}
+
+void fm__prep_drop_stage(const Prep *p) {
+  if (p->rank == 0) empty_stage(p, true);
+}
+
+/* Rank 0 moves the staged shards first, the manifests last: until train.json
+ * is replaced, readers of the old store see its manifest (a kill between the
+ * renames, a moment's window, leaves new shards under the old manifest,
+ * which their checksums and row counts refuse). */
+int fm__prep_publish(const Prep *p) {
+  int rc = 0;
+  if (p->rank == 0) {
+    char **names = NULL;
+    int n = 0;
+    DIR *d = opendir(p->stage);
+    if (!d) {
+      fm_err("%s: cannot read: %s", p->stage, strerror(errno));
+      rc = FM_EIO;
+    }
+    for (struct dirent *e; d && (e = readdir(d));) { /* the names first: renames change the directory */
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      names = fm_xrealloc(names, sizeof *names * (size_t)(n + 1));
+      names[n++] = fm_xstrdup(e->d_name);
+    }
+    if (d) closedir(d);
+    for (int i = 0; i < n && !rc; i++) { /* what a rename cannot replace, before anything moves */
+      char *to = fm_xmalloc(strlen(p->out) + strlen(names[i]) + 2);
+      sprintf(to, "%s/%s", p->out, names[i]);
+      struct stat st;
+      if (stat(to, &st) == 0 && S_ISDIR(st.st_mode)) {
+        fm_err(
+            "%s is a directory: the new store's file of that name cannot replace it; nothing was changed in %s\n"
+            "hint: move it away and run the prep again (its windows are kept: it resumes)",
+            to, p->out);
+        rc = FM_EIO;
+      }
+      free(to);
+    }
+    static const char *const last[] = {"valid.json", "train.json"};
+    for (int pass = 0; pass < 3; pass++) /* shards, valid.json, train.json */
+      for (int i = 0; i < n && !rc; i++) {
+        const bool json = !strcmp(names[i], last[0]) || !strcmp(names[i], last[1]);
+        if (pass == 0 ? json : strcmp(names[i], last[pass - 1]) != 0) continue;
+        char *from = fm_xmalloc(strlen(p->stage) + strlen(names[i]) + 2),
+             *to = fm_xmalloc(strlen(p->out) + strlen(names[i]) + 2);
+        sprintf(from, "%s/%s", p->stage, names[i]);
+        sprintf(to, "%s/%s", p->out, names[i]);
+        if (rename(from, to) != 0) {
+          fm_err("%s: cannot move to %s: %s", from, to, strerror(errno));
+          rc = FM_EIO;
+        }
+        free(from);
+        free(to);
+      }
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (!rc) rmdir(p->stage);
+  }
+  return agree(p->world, rc);
+}
+
 void fm__prep_remove_work(const Prep *p, int64_t nW) {
   if (p->rank != 0) return;
+  empty_stage(p, true);
   for (int64_t w = 0; w < nW; w++) {
     char *s = fm__prep_win_path(p, w, false);
     unlink(s);

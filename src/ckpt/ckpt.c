@@ -661,6 +661,14 @@ static int64_t ckpt_nblocks(const FmCkptState *s) {
   return e ? e->n : 0;
 }
 
+/* The layout this fmhpc writes and reads; a file of another version (a
+ * newer fmhpc's) is refused by name, not read as this one. A file without
+ * the attribute is read as version 1. */
+#define FM_CKPT_FORMAT_VERSION 1
+#define VERSION_WHY                                                                                                 \
+  "%s: format_version %lld: this fmhpc reads checkpoint format version %d (a checkpoint of another fmhpc version: " \
+  "resume or load it with that one)"
+
 static int write_run_state(H5 *h, const FmCkptState *s) {
   char *host = NULL, *cpu = NULL, *mpiv = NULL;
   if (h->comm->rank == 0) {
@@ -689,7 +697,7 @@ static int write_run_state(H5 *h, const FmCkptState *s) {
   int rc = root < 0 ? FM_EHDF5 : 0;
   const FmSpike *sp = s->spike;
   if (!rc)
-    rc = attr_str(root, "format", "fmhpc-ckpt") | attr_i64(root, "format_version", 1) |
+    rc = attr_str(root, "format", "fmhpc-ckpt") | attr_i64(root, "format_version", FM_CKPT_FORMAT_VERSION) |
          attr_str(root, "checksum_scheme",
                   "sha256-blocks-v1: SHA-256 of the SHA-256 digests of the pieces cut at "
                   "multiples of 65536 elements of the flat parameter vector (of the "
@@ -752,7 +760,7 @@ static int run_state_in_range(H5 *h, const FmCkptState *s) {
 static int read_run_state(H5 *h, FmCkptState *s) {
   hid_t root = H5Gopen2(h->f, "/", H5P_DEFAULT);
   char fmt[32] = "", opt[64] = "";
-  int64_t np = -1, window = -1, nb = -1;
+  int64_t np = -1, window = -1, nb = -1, version = 1;
   FmSpike *sp = s->spike;
   int rc = root < 0 ? FM_ECKPT : 0;
   if (!rc)
@@ -764,6 +772,7 @@ static int read_run_state(H5 *h, FmCkptState *s) {
          attr_read_i64(root, "spike_count", &sp->count) | attr_read_i64(root, "spike_head", &sp->head) |
          attr_read_i64(root, "spike_skipped", &sp->skipped) |
          attr_read_i64(root, "spike_consecutive", &sp->consecutive) | attr_read_f64(root, "spike_z_max", &sp->z_max);
+  if (!rc && H5Aexists(root, "format_version") > 0) rc = attr_read_i64(root, "format_version", &version);
   s->run_id[0] = '\0'; /* absent before run ids */
   if (!rc && H5Aexists(root, "run_id") > 0) rc = attr_read_str(root, "run_id", s->run_id, sizeof s->run_id);
   free(s->deck_read);
@@ -773,9 +782,16 @@ static int read_run_state(H5 *h, FmCkptState *s) {
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint or its run-state attributes are unreadable", h->path);
-  else if (np != s->dist.params->numel || (nb != ckpt_nblocks(s) && (nb == 0) != (ckpt_nblocks(s) == 0)))
+  else if (version != FM_CKPT_FORMAT_VERSION)
+    snprintf(h->why, WHY, VERSION_WHY, h->path, (long long)version, FM_CKPT_FORMAT_VERSION);
+  else if (np != s->dist.params->numel)
     snprintf(h->why, WHY, "%s: holds %lld parameters, the model has %lld: the checkpoint is from a different model",
              h->path, (long long)np, (long long)s->dist.params->numel);
+  else if (nb != ckpt_nblocks(s) && (nb == 0) != (ckpt_nblocks(s) == 0))
+    snprintf(h->why, WHY,
+             "%s: attribute nblocks = %lld, but this run's exact reduction has %lld blocks of scales (0: none, as "
+             "determinism = 'fast' writes): the attribute is damaged, or the run's determinism differs",
+             h->path, (long long)nb, (long long)ckpt_nblocks(s));
   else if (strcmp(opt, s->optim_name) != 0)
     snprintf(h->why, WHY, "%s: optimizer '%s', the deck says '%s'", h->path, opt, s->optim_name);
   else if (window != sp->window)
@@ -1375,6 +1391,8 @@ static int read_params(H5 *h, void *arg) {
   char fmt[32] = "";
   int64_t np = -1;
   int rc = root < 0 || attr_read_str(root, "format", fmt, sizeof fmt) || attr_read_i64(root, "n_params", &np);
+  int64_t version = 1;
+  if (!rc && H5Aexists(root, "format_version") > 0) rc = attr_read_i64(root, "format_version", &version);
   if (p->deck && root >= 0) {
     free(*p->deck);
     *p->deck = attr_read_vlstr(root, "deck");
@@ -1382,6 +1400,8 @@ static int read_params(H5 *h, void *arg) {
   if (root >= 0) H5Gclose(root);
   if (rc || strcmp(fmt, "fmhpc-ckpt") != 0)
     snprintf(h->why, WHY, "%s: not an fmhpc checkpoint (no format = 'fmhpc-ckpt' attribute)", h->path);
+  else if (version != FM_CKPT_FORMAT_VERSION)
+    snprintf(h->why, WHY, VERSION_WHY, h->path, (long long)version, FM_CKPT_FORMAT_VERSION);
   else if (np != p->params->numel)
     snprintf(h->why, WHY,
              "%s: holds %lld parameters, the model of &model has %lld: set &model as the run that wrote it", h->path,

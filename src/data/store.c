@@ -228,6 +228,18 @@ static int open_manifest(FmStore *st, const char *path, const char *format, FILE
     fm_json_free(&doc);
     return FM_EFORMAT;
   }
+  int64_t version = 1; /* every fmhpc prep writes 1 */
+  if (fm_json_get(root, "format_version") && (json_i64(root, "format_version", &version) || version != 1)) {
+    char v[32] = "(not an integer)";
+    if (version != 1) snprintf(v, sizeof v, "%lld", (long long)version);
+    if (err)
+      fprintf(err,
+              "%s: format_version %s: this fmhpc reads version 1 of the store format\n"
+              "hint: a store from another fmhpc version: read it with that one, or prep again with this one\n",
+              path, v);
+    fm_json_free(&doc);
+    return FM_EFORMAT;
+  }
   if (fm__store_check_sizes(path, in->seq_len, in->n_seq, in->vocab_size, eos, pad, err)) {
     fm_json_free(&doc);
     return FM_EFORMAT;

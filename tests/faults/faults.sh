@@ -168,6 +168,17 @@ else: f.attrs['deck'] = '&model no_such_key = 1 /'" "$D/$k.h5" "$k"
     "${GEN[@]}" model%n_head=2 "generate%model='$D/nodeck.h5'"
   expect cm_baddeck 60 0 "baddeck.h5: the deck it stores does not bind in this version: its &model cannot be compared with this deck's" \
     "${GEN[@]}" model%n_head=2 "generate%model='$D/baddeck.h5'"
+  # a newer format_version is refused, not read as this one's; a damaged nblocks is named as such
+  for k in v99:format_version:99 nb0:nblocks:0; do
+    IFS=: read -r f a v <<< "$k"
+    cp "$D/ckpt/step_00000001.h5" "$D/$f.h5"
+    /usr/bin/python3 -c "import h5py, sys; f = h5py.File(sys.argv[1], 'r+'); f.attrs.modify(sys.argv[2], int(sys.argv[3]))" \
+      "$D/$f.h5" "$a" "$v"
+  done
+  expect cm_version 60 nz "v99.h5: format_version 99: this fmhpc reads checkpoint format version 1 \\(a checkpoint of another fmhpc version: resume or load it with that one\\)" \
+    "${GEN[@]}" model%n_head=2 "generate%model='$D/v99.h5'"
+  expect cm_nblocks 120 nz "nb0.h5: attribute nblocks = 0, but this run's exact reduction has [0-9]+ blocks of scales \\(0: none, as determinism = 'fast' writes\\): the attribute is damaged, or the run's determinism differs" \
+    "${TRAIN[@]}" "ckpt%resume='$D/nb0.h5'" "run%out_dir='$D/nb'"
   echo "PASS: ckpt_model"
   ;;
 reprep)
@@ -273,6 +284,13 @@ if kind != "token":
 PY
   }
   expect verify_ok 60 0 "^verify: OK" --verify "$DATA/train.json"
+  # a manifest of another format_version is refused (it was read as version 1)
+  rm -rf "$WORK/verify_v2" && cp -r "$DATA" "$WORK/verify_v2"
+  sed -i 's/"format_version": 1/"format_version": 2/' "$WORK/verify_v2/train.json"
+  expect verify_v2 60 nz "train.json: format_version 2: this fmhpc reads version 1 of the store format" \
+    --verify "$WORK/verify_v2/train.json"
+  grep -qF "hint: a store from another fmhpc version: read it with that one, or prep again with this one" \
+    "$WORK/verify_v2.log" || fail "verify_v2: no hint"
   grep -q "verify:   SHA-256: every dataset of every shard matches the manifest" "$WORK/verify_ok.log" ||
     fail "verify_ok: the SHA-256 line is missing"
   for k in token mask segment position position_all; do plant $k; done

@@ -1,6 +1,7 @@
 /* model.c: the model registry (models.def) and the dimension rules every
  * model shares. Model-specific shapes live in gpt2.c and llama.c; running a
  * model (FmModel) lives in model_run.c. */
+#include <math.h>
 #include <string.h>
 
 #include "model_internal.h"
@@ -50,6 +51,18 @@ int fm__model_common_dims(FmModelDims *d, const FmDeck *deck, FILE *err) {
   }
   if (d->NKV > d->NH) {
     fm_deck_error(deck, err, FM_KEY_model_n_kv_head, "must be <= n_head = %lld", (long long)d->NH);
+    rc = FM_EDECK;
+  }
+  /* the kernels take both as float: a value that becomes 0 or inf there would be used silently (norm_eps 1e-300
+   * is an epsilon of 0; rope_theta 1e-300 made every loss NaN) */
+  if ((float)d->norm_eps <= 0.0f || !isfinite((float)d->norm_eps)) {
+    fm_deck_error(deck, err, FM_KEY_model_norm_eps, "is %s in float, as the norm kernels use it",
+                  (float)d->norm_eps <= 0.0f ? "0" : "inf");
+    rc = FM_EDECK;
+  }
+  if ((float)d->rope_theta <= 0.0f || !isfinite((float)d->rope_theta)) {
+    fm_deck_error(deck, err, FM_KEY_model_rope_theta, "is %s in float, as the RoPE kernels use it",
+                  (float)d->rope_theta <= 0.0f ? "0" : "inf");
     rc = FM_EDECK;
   }
   return rc;

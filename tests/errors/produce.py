@@ -131,6 +131,11 @@ DECK = [
     ("nul_byte", ["--check", deck("nul.in", "&run name='a' /\n\0&model /\n")], 2,
      ["nul.in:2:1: a NUL byte (\\0): a deck is text, and everything after it would be ignored",
       "hint: remove it; a deck saved by a word processor or a damaged copy can hold one"]),
+    # values the kernels take as float: 1e-300 became 0 there (every loss NaN with rope_theta), 1e300 inf
+    ("rope_theta_float_zero", ["--check", os.path.join(ROOT, "inputs", "llama_nano.in"), "model%rope_theta=1e-300"], 2,
+     ["<command line>:1:7: &model rope_theta = 1e-300: is 0 in float, as the RoPE kernels use it"]),
+    ("norm_eps_float_zero", ["--check", os.path.join(ROOT, "inputs", "llama_nano.in"), "model%norm_eps=1e-300"], 2,
+     ["<command line>:1:7: &model norm_eps = 1e-300: is 0 in float, as the norm kernels use it"]),
     # a lone CR (classic Mac OS line ends) was a blank: '! c' hid the rest and the deck ran on its defaults
     ("lone_cr", ["--check", deck("cr.in", "&model d_model = 64 /\r! c\r&model n_head=3\r/\r")], 2,
      ["cr.in:1:22: a carriage return (\\r) without a line feed: lines must end in \\n (or \\r\\n); read as a blank, "

@@ -15,6 +15,7 @@
 
 #include "fmhpc/core.h"
 #include "fmhpc/deck.h"
+#include "fmhpc/json.h"
 #include "namelist.h"
 
 /* ---- the registry ------------------------------------------------------ */
@@ -393,8 +394,9 @@ static const char *type_expect(FmKeyType t) {
  * terminal). */
 static void value_text(char *buf, size_t n, const FmNlValue *v) {
   snprintf(buf, n, "%.*s", v->len, v->text);
+  const bool utf8 = fm_utf8_check(buf, strlen(buf)) < 0; /* a cut at n may split a character: then '?' for all */
   for (char *c = buf; *c; c++)
-    if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
+    if ((unsigned char)*c < 0x20 || *c == 0x7f || (!utf8 && (unsigned char)*c >= 0x80)) *c = '?';
 }
 
 /* The first control character of a string (a tab is text), or -1. Every
@@ -557,12 +559,21 @@ static bool convert_all(Binder *B, int k, const FmNlAssign *a, int first, Scalar
     value_text(text, sizeof text, v);
     bool ok = convert(ki->type, v, &out[i], hint, sizeof hint);
     const int ctl = ok && ki->type == FM_TYPE_STR ? control_at(out[i].s) : -1;
+    /* strings reach JSON outputs (summary.json, metrics.jsonl, manifests): bytes that are not UTF-8 made them
+     * invalid JSON */
+    const int64_t bad8 =
+        ok && ctl < 0 && ki->type == FM_TYPE_STR && out[i].s ? fm_utf8_check(out[i].s, out[i].slen) : -1;
     if (!ok) {
       snprintf(why, sizeof why, "expected %s, got %s", type_expect(ki->type), kind_name(v->kind));
     } else if (ctl >= 0) {
       snprintf(why, sizeof why, "the string holds control character 0x%02x at byte %d", (unsigned char)out[i].s[ctl],
                ctl + 1);
       snprintf(hint, sizeof hint, "keys that take a newline or tab read the escapes \\n and \\t (role_prefix, ...)");
+      ok = false;
+    } else if (bad8 >= 0) {
+      snprintf(why, sizeof why, "the string is not valid UTF-8 (byte %lld is 0x%02x)", (long long)bad8 + 1,
+               (unsigned char)out[i].s[bad8]);
+      snprintf(hint, sizeof hint, "save the deck as UTF-8 (iconv -f latin1 -t utf-8): strings are written into JSON");
       ok = false;
     } else {
       ok = check_range(ki, &out[i], why, sizeof why, hint, sizeof hint);

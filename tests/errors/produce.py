@@ -35,8 +35,8 @@ def deck(name, text):
     p = os.path.join(tmp, name)
     assert p not in MADE, f"produce.py: two cases write {name}"
     MADE.add(p)
-    with open(p, "w") as f:
-        f.write(text)
+    with open(p, "wb") as f:  # bytes as given (a deck that is not UTF-8); str as UTF-8
+        f.write(text if isinstance(text, bytes) else text.encode())
     return p
 
 
@@ -136,6 +136,10 @@ DECK = [
      ["<command line>:1:7: &model rope_theta = 1e-300: is 0 in float, as the RoPE kernels use it"]),
     ("norm_eps_float_zero", ["--check", os.path.join(ROOT, "inputs", "llama_nano.in"), "model%norm_eps=1e-300"], 2,
      ["<command line>:1:7: &model norm_eps = 1e-300: is 0 in float, as the norm kernels use it"]),
+    # bytes that are not UTF-8 in a string: summary.json and metrics.jsonl held them raw (invalid JSON)
+    ("deck_string_not_utf8", ["--check", L, deck("nu.in", b"&run name='bad\xffname' /\n")], 2,
+     ["nu.in:1:11: &run name = 'bad?name': the string is not valid UTF-8 (byte 4 is 0xff)",
+      "hint: save the deck as UTF-8 (iconv -f latin1 -t utf-8): strings are written into JSON"]),
     # a lone CR (classic Mac OS line ends) was a blank: '! c' hid the rest and the deck ran on its defaults
     ("lone_cr", ["--check", deck("cr.in", "&model d_model = 64 /\r! c\r&model n_head=3\r/\r")], 2,
      ["cr.in:1:22: a carriage return (\\r) without a line feed: lines must end in \\n (or \\r\\n); read as a blank, "

@@ -180,6 +180,27 @@ typedef struct Turn {
   bool train;
 } Turn;
 
+/* The first key of object o that an earlier key repeats, or -1. A key twice
+ * in one object: fm_json_get takes the first, Python's json (so most tools
+ * that wrote or will read the data) the last; which text is the document is
+ * not ours to guess. Records have few keys: pairwise. */
+static int64_t repeated_key(const FmJson *o) {
+  for (int64_t i = 1; i < o->n; i++)
+    for (int64_t j = 0; j < i; j++)
+      if (o->keylens[i] == o->keylens[j] && !memcmp(o->keys[i], o->keys[j], o->keylens[i])) return i;
+  return -1;
+}
+
+static int say_repeated(const FmJson *o, const char *where, Bad *bad) {
+  const int64_t k = o->type == FM_JSON_OBJ && o->n <= 4096 ? repeated_key(o) : -1;
+  if (k < 0) return 0;
+  snprintf(bad->why, sizeof bad->why,
+           "%skey '%.*s' appears twice (which value is meant? JSON readers differ: the first "
+           "or the last)",
+           where, (int)(o->keylens[k] > 60 ? 60 : o->keylens[k]), o->keys[k]);
+  return FM_EDATA;
+}
+
 /* Why a record is bad, in words (file:line is added by the caller). */
 static int turns_of(Prep *p, const FmJson *obj, Turn *turns, int *nturns, Bad *bad) {
   *nturns = 0;
@@ -203,6 +224,9 @@ static int turns_of(Prep *p, const FmJson *obj, Turn *turns, int *nturns, Bad *b
     return FM_EDATA;
   }
   for (int64_t i = 0; i < m->n; i++) {
+    char where[96];
+    snprintf(where, sizeof where, "%s[%lld]: ", mf, (long long)i);
+    if (say_repeated(&m->items[i], where, bad)) return FM_EDATA;
     const FmJson *t = &m->items[i], *role = t->type == FM_JSON_OBJ ? fm_json_get(t, "role") : NULL,
                  *content = t->type == FM_JSON_OBJ ? fm_json_get(t, "content") : NULL;
     if (!role || role->type != FM_JSON_STR || !content || content->type != FM_JSON_STR) {
@@ -286,6 +310,8 @@ int fm__prep_do_record(Prep *p, const Record *r, Bad *bad) {
   int nturns = 0;
   if (doc.root.type != FM_JSON_OBJ) {
     snprintf(bad->why, sizeof bad->why, "the record is a JSON %s, expected an object", fm_json_type_name(doc.root.type));
+    rc = FM_EDATA;
+  } else if (say_repeated(&doc.root, "", bad)) {
     rc = FM_EDATA;
   } else if (p->sft) {
     rc = turns_of(p, &doc.root, turns, &nturns, bad);

@@ -375,6 +375,9 @@ DATA = [
       "nothing was written"]),
     ("prep_record_not_object", [prep("p2.in", jsonl("a2.jsonl", ['[1]\n']))], 1,
      ["a2.jsonl:1: the record is a JSON array, expected an object", HINT_BAD]),
+    # a key twice: the first value was taken, where Python's json takes the last
+    ("prep_duplicate_key", [prep("p3d.in", jsonl("a3d.jsonl", ['{"text": "ab", "text": "abcdefghijkl mnop"}\n']))], 1,
+     ["a3d.jsonl:1: key 'text' appears twice (which value is meant? JSON readers differ: the first or the last)"]),
     ("prep_text_not_string", [prep("p3.in", jsonl("a3.jsonl", ['{"text": 5}\n']))], 1,
      ["a3.jsonl:1: field 'text' is number, expected a string"]),
     ("prep_bad_utf8", [prep("p4.in", jsonl("a4.jsonl", [b'{"text": "a\xff"}\n']))], 1,

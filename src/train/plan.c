@@ -255,6 +255,8 @@ int fm_plan_make(FmPlan *p, const FmDeck *deck, int world_size, FILE *err) {
   }
   FmSchedule sched; /* the schedule's rules (warmup <= steps, each kind's own), as training checks them */
   if (fm_schedule_from_deck(&sched, deck, err)) rc = FM_EDECK;
+  FmOptimParams op; /* the optimizer's own rules (two betas for lion and sophia), as training checks them */
+  if (p->optim && fm_optim_params_from_deck(&op, deck, err)) rc = FM_EDECK;
   if (rc == 0) rc = plan_layout(p, deck, world_size, err);
   if (rc == 0 && p->tp > 1 && p->optim->hook) { /* as training refuses it (train.c): --check says so too */
     fm_deck_error(deck, err, FM_KEY_optim_name,

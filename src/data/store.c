@@ -397,6 +397,7 @@ static int row_problem(const FmStoreInfo *in, const uint32_t *tok, const uint8_t
 static int check_row(const FmStore *st, int s, int64_t row, int64_t u) {
   const int64_t R = st->info.row_len;
   int64_t col = 0;
+  const int64_t sample = st->first[s] + row;
   char why[200];
   if (!row_problem(&st->info, st->tok + u * R, st->mask + u * R, st->seg + u * R,
                    st->info.has_position_ids ? st->pos + u * R : NULL, &col, why, sizeof why))
@@ -405,7 +406,7 @@ static int check_row(const FmStore *st, int s, int64_t row, int64_t u) {
       "%s: row %lld (sample %lld), column %lld: %s: the shard is corrupt or not written by fmhpc's prep\n"
       "hint: run task='prep' again for this store, or restore the shard from a copy (fmhpc --verify checks every "
       "row)",
-      st->name[s], (long long)row, (long long)(st->first[s] + row), (long long)col, why);
+      st->name[s], (long long)row, (long long)sample, (long long)col, why);
   return FM_EFORMAT;
 }
 

@@ -1,7 +1,7 @@
 # FmhpcCUDA.cmake: the optional CUDA backend. include() after project().
 # FMHPC_CUDA=AUTO (on when nvcc is found) | ON (fail without nvcc) | OFF.
-# Sets FMHPC_HAVE_CUDA and the imported target NCCL::nccl; CUDA::cudart,
-# CUDA::cublas, CUDA::cublasLt come from FindCUDAToolkit.
+# Sets FMHPC_HAVE_CUDA and the imported target NCCL::nccl; CUDA::cudart and
+# CUDA::cublasLt (its file: gemm.cu opens it at run time) come from FindCUDAToolkit.
 set(FMHPC_CUDA AUTO CACHE STRING "Build the CUDA backend: AUTO, ON or OFF")
 set_property(CACHE FMHPC_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(FMHPC_HAVE_CUDA FALSE)

@@ -141,6 +141,14 @@ typedef struct FmGemmPlanInfo {
  * (no driver returns error 35, cudaErrorInsufficientDriver, and leaves the
  * count unwritten) or finds no device. */
 int fm_cuda_device_count(int *count);
+/* cuBLASLt is opened on first use, not linked (its initialisers cost every
+ * process, CPU runs included, ~100 MB of page faults): fm_backend_cuda loads
+ * it once a device is found. path NULL: the soname of the headers the build
+ * used, then the file the build found; a path is tried, and kept only when
+ * nothing is loaded yet. FM_OK, or FM_ENODEV with the reason and a hint in
+ * why. fm_cuda_blaslt_version: cublasLtGetVersion(), -1 before a load. */
+int fm_cuda_blaslt_load(const char *path, char *why, int n);
+int64_t fm_cuda_blaslt_version(void);
 /* The stream every fm_cuda_* op runs on (a cudaStream_t; NULL = the legacy
  * default stream, the initial value). Set it before the first op of a step. */
 void fm_cuda_set_stream(void *stream);

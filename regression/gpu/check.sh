@@ -95,9 +95,9 @@ if [ "${1:-}" = "--prebuilt" ]; then
   else
     echo "== Open MPI: the machine's own tree in $ompi"
   fi
-  # The CUDA and NCCL libraries the binaries were linked against, from this machine.
+  # The CUDA and NCCL libraries the binaries link, and cuBLASLt (opened at run time), from this machine.
   libpath=$pre/lib
-  for so in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libnccl.so.2; do
+  for so in libcudart.so.13 libcublasLt.so.13 libnccl.so.2; do
     ldconfig -p | grep -q "$so " && continue
     f=$(find /usr/local/cuda* /usr/local/nvidia /opt /usr/lib /usr/local/lib -name "$so" 2>/dev/null | head -n 1 || true)
     [ -n "$f" ] && libpath=$libpath:$(dirname "$f") || echo "warning: $so not found on this machine" >&2

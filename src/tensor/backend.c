@@ -84,6 +84,15 @@ const FmBackend *fm_backend_cuda(int *status) {
 #ifdef FMHPC_HAVE_CUDA
   int count = 0;
   int rc = fm_cuda_device_count(&count);
+  if (rc == FM_OK) {
+    char why[1024];
+    static int told = 0; /* once: "auto" asks again to word its choice */
+    rc = fm_cuda_blaslt_load(NULL, why, (int)sizeof why);
+    if (rc != FM_OK && !told) {
+      fm_warn0("%s", why);
+      told = 1;
+    }
+  }
   set_status(status, rc);
   return rc == 0 ? &fm__cuda_backend : NULL;
 #else

@@ -46,7 +46,7 @@
 
 #ifndef FM_SIMT
 #include <cublasLt.h>
-#include <cublas_api.h>
+#include <dlfcn.h>
 #endif
 
 /* ---- precision ------------------------------------------------------------ */
@@ -87,11 +87,104 @@ static const uint16_t *fm__pack_bf16(int slot, const float *src, int64_t rows, i
 #define FM__GEMM_WS_BYTES ((int64_t)32 << 20) /* one fixed workspace: same algorithm inputs every call */
 
 #ifndef FM_SIMT
-#define FM__CHECK_LT(call)                                                                \
-  do {                                                                                    \
-    cublasStatus_t fm__s = (call);                                                        \
-    if (fm__s != CUBLAS_STATUS_SUCCESS)                                                   \
-      fm__cuda_fail("cuBLASLt", #call, __FILE__, __LINE__, cublasGetStatusString(fm__s)); \
+/* cuBLASLt is opened on first use, not linked: loading libcublasLt runs its
+ * initialisers, which touch about 100 MB (25k page faults, 0.4 CPU-s on a
+ * CI VM) in every process, the CPU-only runs and each MPI rank included. The
+ * table holds every cuBLASLt function this file calls, typed from the header. */
+#define FM__LT_FUNCS(X)                   \
+  X(cublasLtGetVersion)                   \
+  X(cublasLtGetStatusString)              \
+  X(cublasLtCreate)                       \
+  X(cublasLtMatmul)                       \
+  X(cublasLtMatmulAlgoCheck)              \
+  X(cublasLtMatmulAlgoConfigGetAttribute) \
+  X(cublasLtMatmulAlgoConfigSetAttribute) \
+  X(cublasLtMatmulAlgoGetHeuristic)       \
+  X(cublasLtMatmulAlgoGetIds)             \
+  X(cublasLtMatmulAlgoInit)               \
+  X(cublasLtMatmulDescCreate)             \
+  X(cublasLtMatmulDescSetAttribute)       \
+  X(cublasLtMatmulPreferenceCreate)       \
+  X(cublasLtMatmulPreferenceDestroy)      \
+  X(cublasLtMatmulPreferenceSetAttribute) \
+  X(cublasLtMatrixLayoutCreate)
+
+static struct {
+  void *so;
+#define FM__LT_PTR(f) decltype(&::f) f;
+  FM__LT_FUNCS(FM__LT_PTR)
+#undef FM__LT_PTR
+} fm__lt_fn;
+
+#define FM__STR2(x) #x
+#define FM__STR(x)  FM__STR2(x)
+/* The soname this build's header belongs to; FMHPC_CUBLASLT_PATH (the file
+ * the build found) is tried after it, for an install without the toolkit's
+ * lib64 on the loader's path. */
+static const char fm__lt_soname[] = "libcublasLt.so." FM__STR(CUBLAS_VER_MAJOR);
+
+extern "C" int fm_cuda_blaslt_load(const char *path, char *why, int n) {
+  if (fm__lt_fn.so && !path) return FM_OK;
+  const char *names[2] = {path ? path : fm__lt_soname, NULL};
+#ifdef FMHPC_CUBLASLT_PATH
+  if (!path) names[1] = FMHPC_CUBLASLT_PATH;
+#endif
+  void *so = NULL;
+  const char *got = NULL; /* the name that opened */
+  char err[512] = "";
+  for (int i = 0; i < 2 && names[i] && !so; i++) {
+    so = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (so)
+      got = names[i];
+    else if (i == 0)
+      snprintf(err, sizeof err, "%s", dlerror());
+  }
+  if (!so) {
+    snprintf(why, (size_t)n,
+             "cannot load cuBLASLt (%s), which the CUDA backend's GEMMs need\n"
+             "  hint: put the CUDA toolkit's library directory on LD_LIBRARY_PATH (module load cuda), "
+             "or set &train backend = 'cpu'",
+             err);
+    return FM_ENODEV;
+  }
+  decltype(fm__lt_fn) t;
+  t.so = so;
+  const char *missing = NULL;
+#define FM__LT_SYM(f) \
+  if (!missing && !(*(void **)&t.f = dlsym(so, #f))) missing = #f;
+  FM__LT_FUNCS(FM__LT_SYM)
+#undef FM__LT_SYM
+  if (missing) {
+    snprintf(why, (size_t)n,
+             "%s has no %s: it is not the cuBLASLt %d this build was compiled against\n"
+             "  hint: put the CUDA %d toolkit's library directory first on LD_LIBRARY_PATH",
+             got, missing, CUBLAS_VER_MAJOR, CUBLAS_VER_MAJOR);
+    dlclose(so);
+    return FM_ENODEV;
+  }
+  if (fm__lt_fn.so)
+    dlclose(so); /* a path tried after the table was loaded: checked, not kept */
+  else
+    fm__lt_fn = t;
+  return FM_OK;
+}
+
+extern "C" int64_t fm_cuda_blaslt_version(void) { return fm__lt_fn.so ? (int64_t)fm__lt_fn.cublasLtGetVersion() : -1; }
+
+/* The table, loaded here when fm_backend_cuda has not (the kernel tests call
+ * the ops directly): a failure ends the run with the loader's message. */
+static void fm__lt_need(void) {
+  if (fm__lt_fn.so) return;
+  char why[1024];
+  if (fm_cuda_blaslt_load(NULL, why, (int)sizeof why) != FM_OK) fm_abort_one(1, "%s", why);
+}
+
+#define FM__CHECK_LT(fn, ...)                                                 \
+  do {                                                                        \
+    cublasStatus_t fm__s = fm__lt_fn.fn(__VA_ARGS__);                         \
+    if (fm__s != CUBLAS_STATUS_SUCCESS)                                       \
+      fm__cuda_fail("cuBLASLt", #fn "(" #__VA_ARGS__ ")", __FILE__, __LINE__, \
+                    fm__lt_fn.cublasLtGetStatusString(fm__s));                \
   } while (0)
 #endif
 
@@ -229,10 +322,10 @@ static void *fm__lt_ws;
 static int64_t fm__algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
   uint64_t v = 0;
   size_t size = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
-      size > sizeof v)
+  if (fm__lt_fn.cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size == 0 || size > sizeof v)
     return -1;
-  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS) return -1;
+  if (fm__lt_fn.cublasLtMatmulAlgoConfigGetAttribute(algo, attr, &v, size, &size) != CUBLAS_STATUS_SUCCESS) return -1;
   return (int64_t)v; /* little-endian: the low bytes hold the value */
 }
 
@@ -240,11 +333,11 @@ static int64_t fm__algo_attr(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlg
 static int fm__algo_set(cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr, int64_t value) {
   size_t size = 0;
   if (value < 0) return 1; /* not readable when recorded: left at its default */
-  if (cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS || size == 0 ||
-      size > sizeof(uint64_t))
+  if (fm__lt_fn.cublasLtMatmulAlgoConfigGetAttribute(algo, attr, NULL, 0, &size) != CUBLAS_STATUS_SUCCESS ||
+      size == 0 || size > sizeof(uint64_t))
     return 0;
   const uint64_t v = (uint64_t)value; /* little-endian: the low bytes */
-  return cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &v, size) == CUBLAS_STATUS_SUCCESS;
+  return fm__lt_fn.cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &v, size) == CUBLAS_STATUS_SUCCESS;
 }
 
 /* The info of p's algorithm, as cuBLASLt reports it. */
@@ -263,35 +356,36 @@ static void fm__algo_info(FmGemmPlan *p, size_t workspace) {
 /* The descriptors of a new plan (p from fm__gemm_find, its info filled). */
 static void fm__lt_describe(FmGemmPlan *p) {
   if (!fm__lt) {
-    FM__CHECK_LT(cublasLtCreate(&fm__lt));
+    fm__lt_need();
+    FM__CHECK_LT(cublasLtCreate, &fm__lt);
     fm__lt_ws = fm__dev_alloc_for(FM__GEMM_WS_BYTES, FM_MEM_GEMM_WS);
   }
   const FmGemmPlanInfo *q = &p->info;
   const int64_t m = q->m, n = q->n, k = q->k;
   const cudaDataType_t in = q->bf16 ? CUDA_R_16BF : CUDA_R_32F;
   const cublasOperation_t opa = q->ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = q->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  FM__CHECK_LT(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  FM__CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-  FM__CHECK_LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->a, in, (uint64_t)(q->ta ? k : m), (uint64_t)(q->ta ? m : k), q->lda));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->b, in, (uint64_t)(q->tb ? n : k), (uint64_t)(q->tb ? k : n), q->ldb));
-  FM__CHECK_LT(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)m, (uint64_t)n, q->ldc));
+  FM__CHECK_LT(cublasLtMatmulDescCreate, &p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  FM__CHECK_LT(cublasLtMatmulDescSetAttribute, p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+  FM__CHECK_LT(cublasLtMatmulDescSetAttribute, p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate, &p->a, in, (uint64_t)(q->ta ? k : m), (uint64_t)(q->ta ? m : k), q->lda);
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate, &p->b, in, (uint64_t)(q->tb ? n : k), (uint64_t)(q->tb ? k : n), q->ldb);
+  FM__CHECK_LT(cublasLtMatrixLayoutCreate, &p->c, CUDA_R_32F, (uint64_t)m, (uint64_t)n, q->ldc);
 }
 
 /* cuBLASLt's heuristic: its best algorithm within the fixed workspace, with
  * no in-place split-K reduction (it may use atomics). */
 static void fm__lt_heuristic(FmGemmPlan *p) {
   cublasLtMatmulPreference_t pref;
-  FM__CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
+  FM__CHECK_LT(cublasLtMatmulPreferenceCreate, &pref);
   const uint64_t ws = (uint64_t)FM__GEMM_WS_BYTES;
-  FM__CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+  FM__CHECK_LT(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
   const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_INPLACE;
-  FM__CHECK_LT(
-      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes));
+  FM__CHECK_LT(cublasLtMatmulPreferenceSetAttribute, pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+               sizeof schemes);
   cublasLtMatmulHeuristicResult_t best;
   int found = 0;
-  FM__CHECK_LT(cublasLtMatmulAlgoGetHeuristic(fm__lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &best, &found));
-  FM__CHECK_LT(cublasLtMatmulPreferenceDestroy(pref));
+  FM__CHECK_LT(cublasLtMatmulAlgoGetHeuristic, fm__lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &best, &found);
+  FM__CHECK_LT(cublasLtMatmulPreferenceDestroy, pref);
   const FmGemmPlanInfo *q = &p->info;
   if (found < 1)
     fm_abort_one(1, "cuBLASLt: no algorithm for %s GEMM %c%c m=%lld n=%lld k=%lld", q->bf16 ? "bf16" : "fp32",
@@ -304,15 +398,15 @@ static void fm__lt_heuristic(FmGemmPlan *p) {
 static const char *fm__lt_pin(FmGemmPlan *p, const FmGemmPlanInfo *w) {
   const cudaDataType_t in = p->info.bf16 ? CUDA_R_16BF : CUDA_R_32F;
   int ids[1024], nids = 0, offered = 0;
-  if (cublasLtMatmulAlgoGetIds(fm__lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, CUDA_R_32F, CUDA_R_32F, 1024, ids,
-                               &nids) != CUBLAS_STATUS_SUCCESS)
+  if (fm__lt_fn.cublasLtMatmulAlgoGetIds(fm__lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, CUDA_R_32F, CUDA_R_32F, 1024,
+                                         ids, &nids) != CUBLAS_STATUS_SUCCESS)
     return "cuBLASLt cannot list its algorithms (cublasLtMatmulAlgoGetIds)";
   for (int i = 0; i < nids && i < 1024; i++) offered |= ids[i] == w->algo_id;
   if (!offered) return "its algorithm id is not offered by this cuBLASLt";
   if (w->reduction == (int64_t)CUBLASLT_REDUCTION_SCHEME_INPLACE) return "its split-K reduction is in place (atomics)";
   cublasLtMatmulAlgo_t algo;
-  if (cublasLtMatmulAlgoInit(fm__lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, CUDA_R_32F, CUDA_R_32F, (int)w->algo_id,
-                             &algo) != CUBLAS_STATUS_SUCCESS)
+  if (fm__lt_fn.cublasLtMatmulAlgoInit(fm__lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in, in, CUDA_R_32F, CUDA_R_32F,
+                                       (int)w->algo_id, &algo) != CUBLAS_STATUS_SUCCESS)
     return "cuBLASLt cannot initialise its algorithm id (cublasLtMatmulAlgoInit)";
   if (!fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, w->tile) ||
       !fm__algo_set(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, w->stages) ||
@@ -323,7 +417,7 @@ static const char *fm__lt_pin(FmGemmPlan *p, const FmGemmPlanInfo *w) {
     return "cuBLASLt rejects its configuration (tile, stages, split-K, swizzle or custom option)";
   cublasLtMatmulHeuristicResult_t check;
   memset(&check, 0, sizeof check);
-  if (cublasLtMatmulAlgoCheck(fm__lt, p->op, p->a, p->b, p->c, p->c, &algo, &check) != CUBLAS_STATUS_SUCCESS)
+  if (fm__lt_fn.cublasLtMatmulAlgoCheck(fm__lt, p->op, p->a, p->b, p->c, p->c, &algo, &check) != CUBLAS_STATUS_SUCCESS)
     return "cuBLASLt rejects it for this shape (cublasLtMatmulAlgoCheck)";
   if (check.workspaceSize > (size_t)FM__GEMM_WS_BYTES) return "it needs more than the fixed workspace";
   p->algo = algo;
@@ -354,8 +448,8 @@ extern "C" void fm__gemm_cm(int ta, int tb, int64_t m, int64_t n, int64_t k, flo
   }
   const FmGemmPlan *p = fm__gemm_plan(bf16, ta, tb, m, n, k, lda, ldb, ldc);
   fm__plans[p - fm__plans].info.calls++;
-  FM__CHECK_LT(cublasLtMatmul(fm__lt, p->op, &alpha, a, p->a, b, p->b, &beta, C, p->c, C, p->c, &p->algo, fm__lt_ws,
-                              (size_t)FM__GEMM_WS_BYTES, fm__cuda_stream()));
+  FM__CHECK_LT(cublasLtMatmul, fm__lt, p->op, &alpha, a, p->a, b, p->b, &beta, C, p->c, C, p->c, &p->algo, fm__lt_ws,
+               (size_t)FM__GEMM_WS_BYTES, fm__cuda_stream());
 }
 #endif
 
@@ -387,8 +481,8 @@ static void fm__plans_device(char *buf, size_t n) {
     snprintf(prop.name, sizeof prop.name, "unknown");
   }
   if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = CUDART_VERSION;
-  snprintf(buf, n, "device: %s (sm_%d%d), CUDA runtime %d, cuBLASLt %zu", prop.name, prop.major, prop.minor, rt,
-           cublasLtGetVersion());
+  snprintf(buf, n, "device: %s (sm_%d%d), CUDA runtime %d, cuBLASLt %lld", prop.name, prop.major, prop.minor, rt,
+           (long long)fm_cuda_blaslt_version());
 #endif
 }
 

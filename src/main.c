@@ -4,8 +4,10 @@
  * command line (every rank agrees, so no rank is left hanging), 3 checkpointed
  * on SIGUSR1/SIGTERM: requeue (slurm/train_1p2b.sh). */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fmhpc/backend.h"
 #include "fmhpc/ckpt.h"
@@ -22,6 +24,8 @@
 #include "fmhpc/train.h"
 
 enum { EXIT_RUNTIME = 1, EXIT_USAGE = 2 };
+/* A deck file larger than this is refused unread (/dev/zero named as a deck read until memory ran out). */
+#define FM_DECK_MAX_BYTES (16 << 20)
 
 typedef struct Args {
   int check, help, help_deck, version;
@@ -66,6 +70,23 @@ static int is_override(const char *a) {
   return pct && eq && pct < eq;
 }
 
+/* "key=value" (no group%) that names no file: the groups that have such a key. */
+static void override_without_group(const char *s, FILE *err) {
+  const char *eq = strchr(s, '=');
+  char key[64], alts[1024] = "";
+  snprintf(key, sizeof key, "%.*s", (int)(eq - s < 63 ? eq - s : 63), s);
+  size_t used = 0;
+  for (int g = 0; g < fm_deck_ngroups() && used < sizeof alts; g++)
+    if (fm_deck_find_key(fm_deck_group_name(g), key) >= 0)
+      used +=
+          (size_t)snprintf(alts + used, sizeof alts - used, "%s'%s%%%s'", used ? " or " : "", fm_deck_group_name(g), s);
+  fprintf(err, "fmhpc: '%s' is neither a deck file nor an override (group%%key=value): it has no group\n", s);
+  if (alts[0])
+    fprintf(err, "hint: name the group: %s\n", alts);
+  else
+    fprintf(err, "hint: no deck group has a key '%s'; fmhpc --help-deck lists them\n", key);
+}
+
 static int parse_args(Args *a, int argc, char **argv, FILE *err) {
   memset(a, 0, sizeof *a);
   a->src = fm_xcalloc((size_t)argc, sizeof *a->src);
@@ -105,8 +126,13 @@ static int parse_args(Args *a, int argc, char **argv, FILE *err) {
       }
       a->ranks = (int)v;
       i++;
-    } else if (s[0] == '-' && s[1] == '-') {
-      if (err) fprintf(err, "fmhpc: unknown option '%s'\nhint: fmhpc --help lists the options\n", s);
+    } else if (s[0] == '-' && s[1]) { /* "-x" is no deck either: ./-x names a file of that name */
+      if (err)
+        fprintf(err, "fmhpc: unknown option '%s'\nhint: fmhpc --help lists the options%s%s\n", s,
+                s[1] == '-' ? "" : "; a deck whose name starts with '-' is ./", s[1] == '-' ? "" : s);
+      return FM_EINVAL;
+    } else if (!is_override(s) && strchr(s, '=') && access(s, F_OK) != 0) {
+      if (err) override_without_group(s, err);
       return FM_EINVAL;
     } else {
       a->src[a->nsrc].name = is_override(s) ? "<command line>" : s;
@@ -119,14 +145,22 @@ static int parse_args(Args *a, int argc, char **argv, FILE *err) {
     if (err) fprintf(err, "fmhpc: --ranks only makes sense with --check\n");
     return FM_EINVAL;
   }
-  /* a mode of its own reads no deck: a deck or override given to it would be dropped without a word */
-  const char *mode = a->encode ? "--encode" : a->decode ? "--decode" : a->verify ? "--verify" : a->plot ? "--plot" : NULL;
-  const int modes = !!a->encode + !!a->decode + !!a->verify + !!a->plot;
+  /* a mode of its own reads no deck: a deck or override given to it would be dropped without a word (--help
+   * prints its text whatever else is given) */
+  const char *mode = a->encode      ? "--encode"
+                     : a->decode    ? "--decode"
+                     : a->verify    ? "--verify"
+                     : a->plot      ? "--plot"
+                     : a->help      ? NULL
+                     : a->version   ? "--version"
+                     : a->help_deck ? "--help-deck"
+                                    : NULL;
+  const int modes = !!a->encode + !!a->decode + !!a->verify + !!a->plot + (!a->help && (a->version || a->help_deck));
   if (mode && (modes > 1 || a->nsrc || a->check)) {
-    const char *extra = modes > 1                ? "other of --encode, --decode, --verify, --plot"
-                        : a->check               ? "--check"
+    const char *extra = modes > 1  ? "other of --encode, --decode, --verify, --plot, --version, --help-deck"
+                        : a->check ? "--check"
                         : a->src[0].is_override ? "override (group%key=value)"
-                                                 : "deck";
+                                                : "deck";
     if (err) fprintf(err, "fmhpc: %s runs on its own: it takes no %s\nhint: fmhpc --help shows each option's arguments\n",
                      mode, extra);
     return FM_EINVAL;
@@ -145,9 +179,15 @@ static int read_decks(Args *a, FmComm *world) {
     char *text = NULL;
     size_t len = 0;
     if (world->rank == 0) {
-      if (fm_read_file(a->src[i].name, &text, &len) != 0) {
-        fprintf(stderr, "fmhpc: cannot read deck '%s': %s\nhint: check the path; decks ship in inputs/\n",
-                a->src[i].name, strerror(errno));
+      if (fm_read_file_max(a->src[i].name, &text, &len, FM_DECK_MAX_BYTES) != 0) {
+        if (errno == EFBIG)
+          fprintf(stderr,
+                  "fmhpc: deck '%s' holds more than %d MiB: a deck is a namelist text of a few KiB\n"
+                  "hint: check the path; decks ship in inputs/\n",
+                  a->src[i].name, FM_DECK_MAX_BYTES >> 20);
+        else
+          fprintf(stderr, "fmhpc: cannot read deck '%s': %s\nhint: check the path; decks ship in inputs/\n",
+                  a->src[i].name, strerror(errno));
         status = FM_EIO;
       } else {
         status = fm_deck_check_bytes(a->src[i].name, text, len, stderr);

@@ -164,6 +164,9 @@ char *fm_xstrdup(const char *s);
 char *fm_xstrndup(const char *s, size_t n);
 /* Whole file into a NUL-terminated buffer; returns FM_EIO with errno kept. */
 int fm_read_file(const char *path, char **text, size_t *len);
+/* The same, refusing more than max bytes (FM_EIO, errno EFBIG) before it
+ * holds them: a device such as /dev/zero named as a small text file. */
+int fm_read_file_max(const char *path, char **text, size_t *len, size_t max);
 /* Case-insensitive compare of ASCII names. */
 int fm_strcasecmp(const char *a, const char *b);
 /* Edit distance (optimal string alignment), for "did you mean" hints. */

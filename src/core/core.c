@@ -146,7 +146,9 @@ char *fm_xstrndup(const char *s, size_t n) {
 }
 char *fm_xstrdup(const char *s) { return fm_xstrndup(s, strlen(s)); }
 
-int fm_read_file(const char *path, char **text, size_t *len) {
+int fm_read_file(const char *path, char **text, size_t *len) { return fm_read_file_max(path, text, len, SIZE_MAX / 4); }
+
+int fm_read_file_max(const char *path, char **text, size_t *len, size_t max) {
   *text = NULL;
   if (len) *len = 0;
   FILE *f = fopen(path, "rb");
@@ -155,13 +157,26 @@ int fm_read_file(const char *path, char **text, size_t *len) {
    * no copies); anything else, or a file that grows meanwhile, grows it. */
   struct stat st;
   size_t cap = 65536, n = 0;
-  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = (size_t)st.st_size + 1;
+  if (fstat(fileno(f), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+    if ((uint64_t)st.st_size > max) {
+      fclose(f);
+      errno = EFBIG;
+      return FM_EIO;
+    }
+    cap = (size_t)st.st_size + 1;
+  }
   char *buf = fm_xmalloc(cap);
   for (;;) {
     if (n + 1 == cap) { /* full: is there more? */
       char probe[4096];
       size_t k = fread(probe, 1, sizeof probe, f);
       if (k == 0) break;
+      if (n + k > max) { /* a device such as /dev/zero, or a pipe that does not end */
+        fclose(f);
+        free(buf);
+        errno = EFBIG;
+        return FM_EIO;
+      }
       cap = 2 * (n + k + 1);
       buf = fm_xrealloc(buf, cap);
       memcpy(buf + n, probe, k);
@@ -171,6 +186,12 @@ int fm_read_file(const char *path, char **text, size_t *len) {
     size_t k = fread(buf + n, 1, cap - 1 - n, f);
     if (k == 0) break;
     n += k;
+    if (n > max) {
+      fclose(f);
+      free(buf);
+      errno = EFBIG;
+      return FM_EIO;
+    }
   }
   int bad = ferror(f);
   int saved = errno;

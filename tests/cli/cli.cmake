@@ -63,6 +63,23 @@ fm_cli_test(version RC 0 CMD $<TARGET_FILE:fmhpc> --version MATCH "fmhpc [0-9]+\
             "cpu gemm: OpenBLAS core [A-Za-z0-9]+ \\(")
 fm_cli_test(unknown_option RC 2 CMD $<TARGET_FILE:fmhpc> --frobnicate MATCH "unknown option '--frobnicate'")
 fm_cli_test(missing_deck RC 2 CMD $<TARGET_FILE:fmhpc> --check no/such/deck.in MATCH "cannot read deck 'no/such/deck.in'")
+# A device named as a deck is refused at 16 MiB (it was read until memory ran out).
+fm_cli_test(deck_dev_zero RC 2 CMD $<TARGET_FILE:fmhpc> --check /dev/zero
+            MATCH "fmhpc: deck '/dev/zero' holds more than 16 MiB: a deck is a namelist text of a few KiB")
+# key=value without its group names no file: the groups with that key (it was "cannot read deck ...: check the path").
+fm_cli_test(override_without_group RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in lr=3e-4
+            MATCH "fmhpc: 'lr=3e-4' is neither a deck file nor an override \\(group%key=value\\): it has no group"
+                  "hint: name the group: 'optim%lr=3e-4'")
+fm_cli_test(override_without_group_no_key RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in frob=1
+            MATCH "hint: no deck group has a key 'frob'; fmhpc --help-deck lists them")
+# -x is an unknown option, not a deck path.
+fm_cli_test(unknown_short_option RC 2 CMD $<TARGET_FILE:fmhpc> -x ${FM_IN}/gpt2_nano.in
+            MATCH "fmhpc: unknown option '-x'" "a deck whose name starts with '-' is ./-x")
+# --version and --help-deck take no deck (one given was dropped without a word).
+fm_cli_test(version_with_deck RC 2 CMD $<TARGET_FILE:fmhpc> --version ${FM_IN}/gpt2_nano.in
+            MATCH "fmhpc: --version runs on its own: it takes no deck")
+fm_cli_test(help_deck_with_override RC 2 CMD $<TARGET_FILE:fmhpc> --help-deck optim%lr=1
+            MATCH "fmhpc: --help-deck runs on its own: it takes no override")
 # A bad deck fails on every rank with one message naming file:line:column.
 fm_cli_test(bad_deck_np2 RC 2 CMD ${FM_MPI} 2 $<TARGET_FILE:fmhpc> --check ${FM_BAD}/bad_key.in
             MATCH "bad_key.in:5:3: &model" "n_heads" "did you mean 'n_head'"

@@ -132,6 +132,35 @@ FM_TEST(read_file_any_size_and_kind) {
   FM_EXPECT_EQ_INT(errno, ENOENT);
 }
 
+/* fm_read_file_max: a device that never ends (/dev/zero), a regular file and
+ * a /proc file over the cap are FM_EIO with errno EFBIG and nothing held; at
+ * the cap they are read. */
+FM_TEST(read_file_max_refuses_more) {
+  char *got = (char *)1;
+  size_t len = 7;
+  errno = 0;
+  FM_EXPECT_EQ_INT(fm_read_file_max("/dev/zero", &got, &len, (size_t)1 << 20), FM_EIO);
+  FM_EXPECT_EQ_INT(errno, EFBIG);
+  FM_EXPECT(got == NULL && len == 0);
+  char path[] = "/tmp/fm_read_max_XXXXXX";
+  const int fd = mkstemp(path);
+  FM_REQUIRE(fd >= 0);
+  FM_REQUIRE(write(fd, "0123456789", 10) == 10);
+  close(fd);
+  errno = 0;
+  FM_EXPECT_EQ_INT(fm_read_file_max(path, &got, &len, 9), FM_EIO);
+  FM_EXPECT_EQ_INT(errno, EFBIG);
+  FM_EXPECT(got == NULL);
+  FM_EXPECT_EQ_INT(fm_read_file_max(path, &got, &len, 10), 0);
+  FM_EXPECT(len == 10 && got && strcmp(got, "0123456789") == 0);
+  free(got);
+  unlink(path);
+  /* /proc/self/maps: st_size 0 and many lines, so the growing path decides */
+  errno = 0;
+  FM_EXPECT_EQ_INT(fm_read_file_max("/proc/self/maps", &got, &len, 100), FM_EIO);
+  FM_EXPECT_EQ_INT(errno, EFBIG);
+}
+
 /* A warning or an error reaches stderr in one write(), prefix, message and
  * newline together, so a log that mpirun fills from a rank's stdout and
  * stderr at once cannot split them (regression.tp_resume once read

@@ -479,10 +479,6 @@ double fm_train_mfu_peak(const FmBackend *be, bool bf16, char *src, size_t n) {
 
 static int open_data(Run *r, FILE *err) {
   const FmConfig *c = r->c;
-  if (!c->data.train[0]) {
-    fm_deck_error(r->deck, err, FM_KEY_data_train, "training needs a store (prep's train.json or a .h5 shard)");
-    return FM_EDECK;
-  }
   int rc = fm_store_open(&r->train, c->data.train, c->data.format, r->dp, err);
   if (rc) return rc;
   const FmStoreInfo *ti = fm_store_info(r->train);
@@ -603,6 +599,10 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
   }
   /* deck rules first: a wrong schedule is reported before a store is opened */
   if (fm_schedule_from_deck(&r->sched, deck, err)) return FM_EDECK;
+  if (!c->data.train[0]) { /* before the model is built (20 s of the 124M's allocation and init here) */
+    fm_deck_error(r->deck, err, FM_KEY_data_train, "training needs a store (prep's train.json or a .h5 shard)");
+    return FM_EDECK;
+  }
   r->B = c->train.global_batch;
   r->b = c->train.micro_batch;
   r->M = r->B / r->b;

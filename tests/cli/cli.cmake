@@ -72,6 +72,10 @@ fm_cli_test(override_without_group RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN
                   "hint: name the group: 'optim%lr=3e-4'")
 fm_cli_test(override_without_group_no_key RC 2 CMD $<TARGET_FILE:fmhpc> --check ${FM_IN}/gpt2_nano.in frob=1
             MATCH "hint: no deck group has a key 'frob'; fmhpc --help-deck lists them")
+# No &data train is refused before the model is built (the 124M's allocation and init took 20 s first).
+fm_cli_test(train_no_store_before_model RC 2 CMD $<TARGET_FILE:fmhpc> ${FM_IN}/gpt2_small.in "data%train=''"
+            "run%out_dir='cli_no_store_run'"
+            MATCH "&data train = '': training needs a store" NOMATCH "model gpt2 on cpu")
 # -x is an unknown option, not a deck path.
 fm_cli_test(unknown_short_option RC 2 CMD $<TARGET_FILE:fmhpc> -x ${FM_IN}/gpt2_nano.in
             MATCH "fmhpc: unknown option '-x'" "a deck whose name starts with '-' is ./-x")

@@ -14,11 +14,14 @@
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fmhpc/core.h"
+#include "fmhpc/json.h"
 
 typedef struct Parser {
   const char *p;          /* next character */
@@ -53,7 +56,32 @@ static int fail_at(Parser *P, int line, int col, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(e->msg + n, sizeof e->msg - (size_t)n, fmt, ap);
   va_end(ap);
+  /* the deck's bytes quoted in a message: a control byte (an escape sequence) must not reach the terminal, and a
+   * message that is not UTF-8 (a cut character, a stray byte) shows such bytes as '?' */
+  const bool utf8 = fm_utf8_check(e->msg, strlen(e->msg)) < 0;
+  for (char *c = e->msg; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f || (!utf8 && (unsigned char)*c >= 0x80)) *c = '?';
   return FM_EDECK;
+}
+
+/* The character at p for a message: itself when printable ASCII, else its
+ * code point (U+00A0, a no-break space pasted from a web page, looks like a
+ * blank), or its byte when it is not UTF-8. */
+static const char *char_desc(const char *p, char *buf, size_t n) {
+  const unsigned char b = (unsigned char)*p;
+  const int len = b < 0x80 ? 1 : b >= 0xF0 && b < 0xF8 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+  int k = 0;
+  while (k < len && p[k]) k++;
+  if (b >= 0x20 && b < 0x7f) {
+    snprintf(buf, n, "'%c'", b);
+  } else if (len > 1 && k == len && fm_utf8_check(p, (size_t)len) < 0) {
+    uint32_t cp = b & (0x7f >> len);
+    for (int i = 1; i < len; i++) cp = cp << 6 | ((unsigned char)p[i] & 0x3f);
+    snprintf(buf, n, "character U+%04X%s", (unsigned)cp, cp == 0xA0 ? " (a no-break space: retype it as a blank)" : "");
+  } else {
+    snprintf(buf, n, "byte 0x%02X", b);
+  }
+  return buf;
 }
 #define FAIL(P, ...) fail_at((P), (P)->line, col_of(P), __VA_ARGS__)
 
@@ -294,8 +322,9 @@ static int parse_item(Parser *P) {
   }
   if (!is_value_end(*P->p)) {
     free_value(&v);
-    return FAIL(P, "unexpected '%c' after the value '%.*s'; separate values with commas or blanks", *P->p, v.len,
-                v.text);
+    char what[80];
+    return FAIL(P, "unexpected %s after the value '%.*s'; separate values with commas or blanks",
+                char_desc(P->p, what, sizeof what), v.len, v.text);
   }
   if (P->nvals + count > FM_NL_MAX_VALUES) {
     free_value(&v);

@@ -95,6 +95,15 @@ CLI = [
     ("string_control_char", ["--check", deck("d2c.in", "&run name = 'a\x1b[31mred' /\n")], 2,
      [":1:13: &run name = 'a?[31mred': the string holds control character 0x1b at byte 2",
       "hint: keys that take a newline or tab read the escapes \\n and \\t (role_prefix, ...)"]),
+    # a grammar error quotes the deck's bytes: an escape sequence there was replayed to the terminal
+    ("grammar_control_char", ["--check", deck("d2d.in", "&run na\x1b[31mme = 1 /\n")], 2,
+     [":1:8: &run na: expected '=' after 'na', got '?[31mme'"]),
+    # a no-break space pasted after a value looks like a blank: its code point is named ('\xc2' was printed alone)
+    ("nbsp_after_value", ["--check", deck("d2e.in", "&optim lr = 3\u00a0/\n")], 2,
+     [":1:14: &optim lr: unexpected character U+00A0 (a no-break space: retype it as a blank) after the value '3'; "
+      "separate values with commas or blanks"]),
+    ("byte_after_value", ["--check", deck("d2f.in", b"&optim lr = 3\xff/\n")], 2,
+     [":1:14: &optim lr: unexpected byte 0xFF after the value '3'"]),
     ("null_value", ["--check", deck("d3.in", "&prep inputs = 2* /\n")], 2,
      [":1:16: &prep inputs: expected a value right after '2*' (null values are not supported; write e.g. 4*0.0)"]),
     ("too_many_values", ["--check", deck("d4.in", "&prep inputs = " + ", ".join(["'a'"] * 100) + " /\n")], 2,

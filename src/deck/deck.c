@@ -563,8 +563,11 @@ static bool convert_all(Binder *B, int k, const FmNlAssign *a, int first, Scalar
      * invalid JSON */
     const int64_t bad8 =
         ok && ctl < 0 && ki->type == FM_TYPE_STR && out[i].s ? fm_utf8_check(out[i].s, out[i].slen) : -1;
-    if (!ok) {
-      snprintf(why, sizeof why, "expected %s, got %s", type_expect(ki->type), kind_name(v->kind));
+    if (!ok && v->big && ki->type == FM_TYPE_INT) {
+      snprintf(why, sizeof why, "integer %s is too large (the limit is 9223372036854775807)", text);
+    } else if (!ok) {
+      snprintf(why, sizeof why, "expected %s, got %s", type_expect(ki->type),
+               v->big ? "an integer" : kind_name(v->kind));
     } else if (ctl >= 0) {
       snprintf(why, sizeof why, "the string holds control character 0x%02x at byte %d", (unsigned char)out[i].s[ctl],
                ctl + 1);

@@ -213,7 +213,11 @@ static int lex_number(Parser *P, FmNlValue *v) {
   if (!point && nexp < 0) {
     v->kind = FM_NL_INT;
     v->i = strtoll(buf, NULL, 10);
-    if (errno == ERANGE) return FAIL(P, "integer %s is too large (the limit is 9223372036854775807)", buf);
+    if (errno == ERANGE) { /* the key's type decides: a REAL takes it, an INTEGER is refused with the limit */
+      v->kind = FM_NL_REAL;
+      v->big = true;
+      v->r = strtod(buf, NULL);
+    }
   } else {
     for (char *d = buf; *d; d++)
       if (*d == 'd' || *d == 'D') *d = 'e'; /* Fortran double-precision exponent */

@@ -196,8 +196,19 @@ FM_TEST(err_malformed_number) {
   expect_error("&optim lr = 1e /", "t.in:1:13: &optim lr: malformed number '1e'\n");
   expect_error("&model d_model = 12abc /", "t.in:1:18: &model d_model: malformed number '12abc'\n");
   expect_error("&model d_model = 99999999999999999999 /",
-               "t.in:1:18: &model d_model: integer 99999999999999999999 is "
+               "t.in:1:18: &model d_model = 99999999999999999999: integer 99999999999999999999 is "
                "too large (the limit is 9223372036854775807)\n");
+  /* a REAL key takes an integer literal beyond int64 as the real number it is (it was refused as an integer) */
+  FmDeck d;
+  fm_deck_init(&d);
+  char *msgs = NULL;
+  FM_EXPECT_EQ_INT(deck_bind_text(&d, "t.in", "&optim lr = 99999999999999999999 /", &msgs), FM_OK);
+  FM_EXPECT(d.c.optim.lr == 1e20);
+  free(msgs);
+  fm_deck_free(&d);
+  expect_error("&run name = 99999999999999999999 /",
+               "t.in:1:13: &run name = 99999999999999999999: expected a quoted string, got an integer\n"
+               "hint: quote it: '99999999999999999999'\n");
   expect_error("&optim lr = 1e999 /", "t.in:1:13: &optim lr: real number 1e999 is out of range of a double\n");
 }
 

@@ -172,6 +172,13 @@ static int verify_shards(FmStore *st, const char *path, const FmJson *shards, FI
   }
   if (st->comm) FM_CHECK(fm_comm_allreduce(st->comm, &bad, &bad, 1, FM_DT_I32, FM_OP_MIN));
   st->nsums = nsums; /* every rank counted every shard's entry */
+  if (nsums < st->nshards && me == 0) /* unchecked data must not train without a word */
+    fm_warn0(
+        "data: %s: %d of its %d shard%s no SHA-256 sums in the manifest (a store prepped before checksums, or "
+        "an edited manifest): %s not checked\nhint: run task='prep' again to write them; fmhpc --verify %s "
+        "checks every row's ids and masks",
+        path, st->nshards - nsums, st->nshards, st->nshards == 1 ? " has" : "s have",
+        st->nshards - nsums == 1 ? "that one is" : "those are", path);
   if (bad == INT32_MAX) {
     if (nsums == st->nshards && st->nshards > 0 && me == 0)
       fm_log0("data: %s: every dataset of its %d shard%s matches its SHA-256", path, st->nshards,

@@ -968,6 +968,11 @@ def store_cases():
         ("bin_shard_missing", [train("t17.in", copy_store("st17", manifest_set("storage", "bin")))], 1,
          ["st17/train_00000.h5.tokens.bin: cannot open: No such file or directory",
           "hint: the manifest lists it; was the prep output moved?"]),
+        # a manifest without SHA-256 sums trains, and says its shards are not checked (it said nothing)
+        ("store_without_sums", [train("t18.in", copy_store("st18", lambda m: [x.pop("sha256") for x in m["shards"]]))], 0,
+         ["data: " + os.path.join(tmp, "st18", "train.json") + ": 1 of its 1 shard has no SHA-256 sums in the manifest "
+          "(a store prepped before checksums, or an edited manifest): that one is not checked",
+          "hint: run task='prep' again to write them; fmhpc --verify "]),
         ("store_without_samples", [train("t15.in", os.path.join(tmp, "store_empty", "train.json"))], 2,
          ["sampler: the training store holds no samples", "hint: check &data train and the prep report"]),
         ("valid_of_another_tokenizer", [train("t16.in", os.path.join(fx, "store", "train.json"),

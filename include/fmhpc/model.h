@@ -37,6 +37,7 @@ typedef struct FmModel FmModel;
 typedef struct FmModelKind {
   const char *name; /* "gpt2", "llama" */
   const char *desc;
+  bool rope; /* its attention rotates by RoPE: rope_theta gives the weights their meaning */
   /* Derive dims from the deck; rule violations go to err via fm_deck_error. */
   int (*dims)(FmModelDims *d, const FmDeck *deck, FILE *err);
   /* Append the parameter tensors, in canonical order, to tab. */
@@ -63,6 +64,21 @@ const FmModelKind *fm_model_at(int i);
  * layer) plus the per-batch buffers (token weights, logits rows, the
  * cross-entropy scratch). `fmhpc --check` plans activation memory from it. */
 int64_t fm_model_act_elems(const FmModelKind *k, const FmModelDims *d, int64_t b, bool recompute);
+
+/* One &model key on which two models differ, both values as a deck writes them. */
+typedef struct FmModelDiff {
+  const char *key; /* "arch", "d_model", ..., "rope_theta" */
+  char then[48], now[48];
+} FmModelDiff;
+/* Where model a (a checkpoint's) and model b (this deck's) differ in what
+ * gives the stored weights their meaning: the architecture and the resolved
+ * dims (head_dim 0 and its default value are one model), rope_theta only for
+ * a kind that uses RoPE. seq_len is left to the caller (GPT-2 has it in the
+ * shapes, Llama in no weight). Up to max entries into out; returns how many
+ * differences there are. Loading a checkpoint (interop/load.c) and resuming
+ * one (train/compat.c) decide "the same model" by this one rule. */
+int fm_model_dims_diff(const FmModelKind *ka, const FmModelDims *a, const FmModelKind *kb, const FmModelDims *b,
+                       FmModelDiff *out, int max);
 
 /* Dims from the deck via the deck's arch; FM_EDECK with a message on error. */
 int fm_model_dims(FmModelDims *d, const FmModelKind **kind, const FmDeck *deck, FILE *err);

@@ -17,39 +17,12 @@ static bool is_checkpoint(const char *path) {
   return (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) || (n > 3 && strcmp(path + n - 3, ".h5") == 0);
 }
 
-/* One &model key whose value differs between the checkpoint's model and
- * this deck's: the line, and the deck setting that matches the checkpoint. */
-static void model_diff(FILE *err, FmStr *fix, int *n, const char *path, const char *key, const char *then,
-                       const char *now) {
-  if (err && !*n)
-    fprintf(err,
-            "fmhpc: %s: the checkpoint holds another model than this deck's &model (the same number of "
-            "parameters, but its weights mean something else here):\n",
-            path);
-  if (err) fprintf(err, "  &model %s = %s in the checkpoint, %s in this deck\n", key, then, now);
-  fm_str_printf(fix, " %s = %s", key, then);
-  (*n)++;
-}
-
-static void diff_int(FILE *err, FmStr *fix, int *n, const char *path, const char *key, int64_t then, int64_t now) {
-  char a[32], b[32];
-  snprintf(a, sizeof a, "%lld", (long long)then);
-  snprintf(b, sizeof b, "%lld", (long long)now);
-  if (then != now) model_diff(err, fix, n, path, key, a, b);
-}
-
-static void diff_real(FILE *err, FmStr *fix, int *n, const char *path, const char *key, double then, double now) {
-  char a[48], b[48];
-  fm_deck_fmt_real(a, sizeof a, then);
-  fm_deck_fmt_real(b, sizeof b, now);
-  if (then != now) model_diff(err, fix, n, path, key, a, b);
-}
-
 /* A checkpoint's weights mean what the &model of its stored deck says; the
  * parameter count alone does not tell two models apart (n_head at one width,
  * norm_eps, rope_theta). The model that deck describes (fm_model_dims) must
- * be this one, key by key, as resume requires (train/compat.c; seq_len is
- * free here: for GPT-2 it is in the shapes, for Llama it changes no weight).
+ * be this one by fm_model_dims_diff, the rule resume applies too
+ * (train/compat.c; seq_len is free here: for GPT-2 it is in the shapes, for
+ * Llama it changes no weight).
  * Every rank reads the same file, so every rank decides alike. */
 static int check_ckpt_model(const FmModel *m, const char *path, const char *stored, FILE *err) {
   if (!stored) {
@@ -68,28 +41,20 @@ static int check_ckpt_model(const FmModel *m, const char *path, const char *stor
     return 0;
   }
   fm_deck_free(&old);
-  const FmModelDims *now = fm_model_param_dims(m);
-  const FmModelKind *kn = fm_model_get_kind(m);
+  FmModelDiff diff[16];
+  const int n = fm_model_dims_diff(k, &d, fm_model_get_kind(m), fm_model_param_dims(m), diff, 16);
   FmStr fix;
   fm_str_init(&fix);
-  int n = 0;
-  if (k != kn) {
-    char a[64], b[64];
-    snprintf(a, sizeof a, "'%s'", k->name);
-    snprintf(b, sizeof b, "'%s'", kn->name);
-    model_diff(err, &fix, &n, path, "arch", a, b);
+  for (int i = 0; i < n && i < 16; i++) {
+    if (err && !i)
+      fprintf(err,
+              "fmhpc: %s: the checkpoint holds another model than this deck's &model (the same number of "
+              "parameters, but its weights mean something else here):\n",
+              path);
+    if (err)
+      fprintf(err, "  &model %s = %s in the checkpoint, %s in this deck\n", diff[i].key, diff[i].then, diff[i].now);
+    fm_str_printf(&fix, " %s = %s", diff[i].key, diff[i].then);
   }
-  diff_int(err, &fix, &n, path, "d_model", d.C, now->C);
-  diff_int(err, &fix, &n, path, "n_layer", d.L, now->L);
-  diff_int(err, &fix, &n, path, "n_head", d.NH, now->NH);
-  diff_int(err, &fix, &n, path, "n_kv_head", d.NKV, now->NKV);
-  diff_int(err, &fix, &n, path, "head_dim", d.HS, now->HS);
-  diff_int(err, &fix, &n, path, "d_ff", d.F, now->F);
-  diff_int(err, &fix, &n, path, "vocab_size", d.V, now->V);
-  if (d.tied != now->tied)
-    model_diff(err, &fix, &n, path, "tie_embeddings", d.tied ? ".true." : ".false.", now->tied ? ".true." : ".false.");
-  diff_real(err, &fix, &n, path, "norm_eps", d.norm_eps, now->norm_eps);
-  diff_real(err, &fix, &n, path, "rope_theta", d.rope_theta, now->rope_theta);
   if (n && err) fprintf(err, "hint: to match this checkpoint, set in the deck: &model%s /\n", fix.s);
   fm_str_free(&fix);
   return n ? FM_EDECK : 0;

@@ -252,6 +252,7 @@ static void llama_backward(FmModel *m) {
 const FmModelKind fm_model_llama = {
     .name = "llama",
     .desc = "Llama 2/3: RMSNorm, RoPE, GQA, SwiGLU",
+    .rope = true,
     .dims = llama_dims,
     .params = llama_params,
     .train_flops_per_token = llama_train_flops,

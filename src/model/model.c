@@ -25,6 +25,52 @@ const FmModelKind *fm_model_find(const char *name) {
   return NULL;
 }
 
+static void diff_add(FmModelDiff *out, int max, int *n, const char *key, const char *then, const char *now) {
+  if (*n < max) {
+    out[*n].key = key;
+    snprintf(out[*n].then, sizeof out[*n].then, "%s", then);
+    snprintf(out[*n].now, sizeof out[*n].now, "%s", now);
+  }
+  (*n)++;
+}
+
+static void diff_int(FmModelDiff *out, int max, int *n, const char *key, int64_t then, int64_t now) {
+  char a[32], b[32];
+  snprintf(a, sizeof a, "%lld", (long long)then);
+  snprintf(b, sizeof b, "%lld", (long long)now);
+  if (then != now) diff_add(out, max, n, key, a, b);
+}
+
+static void diff_real(FmModelDiff *out, int max, int *n, const char *key, double then, double now) {
+  char a[48], b[48];
+  fm_deck_fmt_real(a, sizeof a, then);
+  fm_deck_fmt_real(b, sizeof b, now);
+  if (then != now) diff_add(out, max, n, key, a, b);
+}
+
+int fm_model_dims_diff(const FmModelKind *ka, const FmModelDims *a, const FmModelKind *kb, const FmModelDims *b,
+                       FmModelDiff *out, int max) {
+  int n = 0;
+  if (ka != kb) {
+    char x[40], y[40];
+    snprintf(x, sizeof x, "'%s'", ka->name);
+    snprintf(y, sizeof y, "'%s'", kb->name);
+    diff_add(out, max, &n, "arch", x, y);
+  }
+  diff_int(out, max, &n, "d_model", a->C, b->C);
+  diff_int(out, max, &n, "n_layer", a->L, b->L);
+  diff_int(out, max, &n, "n_head", a->NH, b->NH);
+  diff_int(out, max, &n, "n_kv_head", a->NKV, b->NKV);
+  diff_int(out, max, &n, "head_dim", a->HS, b->HS);
+  diff_int(out, max, &n, "d_ff", a->F, b->F);
+  diff_int(out, max, &n, "vocab_size", a->V, b->V);
+  if (a->tied != b->tied)
+    diff_add(out, max, &n, "tie_embeddings", a->tied ? ".true." : ".false.", b->tied ? ".true." : ".false.");
+  diff_real(out, max, &n, "norm_eps", a->norm_eps, b->norm_eps);
+  if (ka->rope || kb->rope) diff_real(out, max, &n, "rope_theta", a->rope_theta, b->rope_theta);
+  return n;
+}
+
 int fm__model_common_dims(FmModelDims *d, const FmDeck *deck, FILE *err) {
   const FmConfig *c = &deck->c;
   memset(d, 0, sizeof *d);

@@ -1,8 +1,10 @@
 /* compat.c: may this deck continue that checkpoint? The checkpoint stores the
  * resolved deck it was trained with; resume binds it again and compares it
- * key by key with the deck of this run. A key that changes what the weights
- * mean (the architecture, a head count at the same width, RoPE's base, the
- * optimizer whose state is stored, the compute precision) refuses the resume,
+ * with the deck of this run: the model by its resolved dims
+ * (fm_model_dims_diff, as loading a checkpoint does), the rest key by key. A
+ * change of what the weights mean (the architecture, a head count at the same
+ * width, RoPE's base for a RoPE model, seq_len, the optimizer whose state is
+ * stored, the compute precision) refuses the resume,
  * naming each key with both values; any other change that touches training
  * (lr, schedule length, data store, global batch, eval cadence, ...) is
  * allowed, listed in a warning and recorded in metrics.jsonl. Keys of the
@@ -16,17 +18,20 @@
 #include "fmhpc/train.h"
 
 /* Keys whose change makes the stored weights or optimizer state mean
- * something else, even where every tensor keeps its shape. */
-static const int refused[] = {
-    FM_KEY_model_arch,      FM_KEY_model_d_model,   FM_KEY_model_n_layer,    FM_KEY_model_n_head,
-    FM_KEY_model_n_kv_head, FM_KEY_model_head_dim,  FM_KEY_model_d_ff,       FM_KEY_model_vocab_size,
-    FM_KEY_model_seq_len,   FM_KEY_model_norm_eps,  FM_KEY_model_rope_theta, FM_KEY_model_tie_embeddings,
-    FM_KEY_optim_name,      FM_KEY_train_precision,
+ * something else, even where every tensor keeps its shape, beside the model
+ * itself (fm_model_dims_diff, the rule loading a checkpoint applies). */
+static const int refused[] = {FM_KEY_model_seq_len, FM_KEY_optim_name, FM_KEY_train_precision};
+/* The keys fm_model_dims_diff decides through the resolved dims: refused by
+ * value only when a stored deck gives no dims to compare. */
+static const int model_keys[] = {
+    FM_KEY_model_arch,      FM_KEY_model_d_model,    FM_KEY_model_n_layer,        FM_KEY_model_n_head,
+    FM_KEY_model_n_kv_head, FM_KEY_model_head_dim,   FM_KEY_model_d_ff,           FM_KEY_model_vocab_size,
+    FM_KEY_model_norm_eps,  FM_KEY_model_rope_theta, FM_KEY_model_tie_embeddings,
 };
 
-static bool is_refused(int k) {
-  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-    if (refused[i] == k) return true;
+static bool in_list(const int *list, size_t n, int k) {
+  for (size_t i = 0; i < n; i++)
+    if (list[i] == k) return true;
   return false;
 }
 
@@ -75,11 +80,29 @@ int fm_train_resume_compat(const FmDeck *now, const char *stored, const char *ck
   int nrefused = 0, nchanged = 0;
   FmStr warn;
   fm_str_init(&warn);
+  /* the model: by its resolved dims where both decks give them (head_dim = 0 and its default are one model; GPT-2
+   * has no use for rope_theta), else key by key */
+  FmModelDims dold, dnow;
+  const FmModelKind *kold = NULL, *know = NULL;
+  const bool dims = fm_model_dims(&dold, &kold, &old, NULL) == 0 && fm_model_dims(&dnow, &know, now, NULL) == 0;
+  int nmodel = 0;
+  if (dims) {
+    FmModelDiff diff[16];
+    nmodel = fm_model_dims_diff(kold, &dold, know, &dnow, diff, 16);
+    for (int i = 0; i < nmodel && i < 16; i++) {
+      if (err && !nrefused) fprintf(err, "fmhpc: resume: %s was trained with another model or optimizer:\n", ckpt);
+      if (err)
+        fprintf(err, "  &model %s = %s in the checkpoint, %s in this deck\n", diff[i].key, diff[i].then, diff[i].now);
+      nrefused++;
+    }
+  }
   for (int k = 0; k < FM_NKEYS; k++) {
     if (is_ignored(k) || fm_deck_key_equal(&old, now, k)) continue;
+    const bool model_key = in_list(model_keys, sizeof model_keys / sizeof *model_keys, k);
+    if (model_key && nmodel) continue; /* named above */
     const FmKeyInfo *ki = fm_deck_key_info(k);
     char *a = fm_deck_value_text(&old, k), *b = fm_deck_value_text(now, k);
-    if (is_refused(k)) {
+    if (in_list(refused, sizeof refused / sizeof *refused, k) || (model_key && !dims)) {
       if (err && !nrefused) fprintf(err, "fmhpc: resume: %s was trained with another model or optimizer:\n", ckpt);
       if (err) fprintf(err, "  &%s %s = %s in the checkpoint, %s in this deck\n", ki->group, ki->name, a, b);
       nrefused++;

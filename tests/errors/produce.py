@@ -1063,8 +1063,14 @@ def ckpt_cases():
          ["k5.h5: loss-spike window 100, the deck says 50 (&train spike_window)"]),
         ("resume_model_keys", [resume("ck20.in", ckpt("k20.h5"), MODEL.replace("seq_len=16", "seq_len=16 norm_eps=1e-6"))], 2,
          ["fmhpc: resume: " + os.path.join(tmp, "k20.h5") + " was trained with another model or optimizer:",
+          "  &model norm_eps = 1e-5 in the checkpoint, 1e-6 in this deck",
           "hint: these keys change what the stored weights mean; resume with the checkpoint's values, or start a new run "
           "(&ckpt resume = 'none', or another out_dir) and &model init_from its exported weights"]),
+        # head_dim written out as its default (d_model / n_head): the same model, so a change recorded, not a refusal
+        # (resume compared the keys' values while loading a checkpoint compared the resolved dims)
+        ("resume_same_model_keys_written", [resume("ck21.in", ckpt("k21.h5"), MODEL.replace("n_head=2", "n_head=2 head_dim=8"))],
+         0, [re.compile(r"resume: \d key\(s\) differ from " + re.escape(os.path.join(tmp, "k21.h5")) + r" \(allowed"),
+             "&model head_dim = 0 in the checkpoint, 8 now"]),
         ("resume_allowed_keys", [resume("ck8.in", ckpt("k8.h5"), train_keys="grad_clip=0.5")], 0,
          ["resume: 3 key(s) differ from " + os.path.join(tmp, "k8.h5") + " (allowed; recorded in metrics.jsonl):",
           "&train grad_clip = 1.0 in the checkpoint, 0.5 now"]),

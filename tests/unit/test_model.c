@@ -163,3 +163,44 @@ FM_TEST(model_rules_name_the_key) {
   free(buf);
   fm_deck_free(&d);
 }
+
+/* fm_model_dims_diff, the one rule of "the same model" for loading and
+ * resuming a checkpoint: resolved dims compared, rope_theta only where RoPE
+ * is used, each difference with both values as a deck writes them. */
+FM_TEST(dims_diff_resolved_and_rope) {
+  const FmModelKind *g = fm_model_find("gpt2"), *l = fm_model_find("llama");
+  FM_REQUIRE(g && l && !g->rope && l->rope);
+  FmModelDims a = {.C = 64,
+                   .L = 2,
+                   .NH = 4,
+                   .NKV = 4,
+                   .HS = 16,
+                   .F = 256,
+                   .V = 300,
+                   .T = 32,
+                   .tied = true,
+                   .norm_eps = 1e-5,
+                   .rope_theta = 10000.0};
+  FmModelDims b = a;
+  FmModelDiff d[16];
+  FM_EXPECT_EQ_INT(fm_model_dims_diff(g, &a, g, &b, d, 16), 0);
+  b.rope_theta = 500000.0;
+  b.T = 64;                                                     /* seq_len is the caller's */
+  FM_EXPECT_EQ_INT(fm_model_dims_diff(g, &a, g, &b, d, 16), 0); /* GPT-2 has no RoPE */
+  FM_EXPECT_EQ_INT(fm_model_dims_diff(l, &a, l, &b, d, 16), 1);
+  FM_EXPECT_EQ_STR(d[0].key, "rope_theta");
+  FM_EXPECT_EQ_STR(d[0].then, "10000.0");
+  FM_EXPECT_EQ_STR(d[0].now, "500000.0");
+  b = a;
+  b.NH = 8;
+  b.HS = 8;
+  b.tied = false;
+  FM_EXPECT_EQ_INT(fm_model_dims_diff(g, &a, l, &b, d, 2),
+                   4); /* arch, n_head, head_dim, tie_embeddings: all counted, max filled */
+  FM_EXPECT_EQ_STR(d[0].key, "arch");
+  FM_EXPECT_EQ_STR(d[0].then, "'gpt2'");
+  FM_EXPECT_EQ_STR(d[0].now, "'llama'");
+  FM_EXPECT_EQ_STR(d[1].key, "n_head");
+  FM_EXPECT_EQ_STR(d[1].then, "4");
+  FM_EXPECT_EQ_STR(d[1].now, "8");
+}

@@ -98,4 +98,29 @@ static double wsd_lr(const FmSchedule *s, int64_t t) {
 const FmSchedKind fm__sched_constant = {"constant", "the peak lr after warmup", constant_lr, NULL};
 const FmSchedKind fm__sched_cosine = {"cosine", "cosine decay to min_lr_ratio*lr at the last step", cosine_lr, NULL};
 const FmSchedKind fm__sched_linear = {"linear", "linear decay to min_lr_ratio*lr at the last step", linear_lr, NULL};
-const FmSchedKind fm__sched_wsd = {"wsd", "warmup-stable-decay: constant, then a linear cooldown", wsd_lr, NULL};
+/* The deck's cooldown, round(decay_fraction*T), must fit after the warmup
+ * and hold a step: it was clamped into [1, T-W] without a word (the clamp in
+ * wsd_decay_steps stays for schedules built in code). */
+static int wsd_check(const FmSchedule *s, const FmDeck *deck, FILE *err) {
+  const int64_t d = llround(s->decay_fraction * (double)s->steps), room = s->steps - s->warmup;
+  if (d >= 1 && d <= room) return 0;
+  char frac[48];
+  fm_deck_fmt_real(frac, sizeof frac, s->decay_fraction);
+  if (d < 1) {
+    fm_deck_error(deck, err, FM_KEY_optim_decay_fraction,
+                  "gives round(%s x &train steps %lld) = 0 cooldown steps: schedule 'wsd' needs at least 1", frac,
+                  (long long)s->steps);
+    if (err) fprintf(err, "hint: decay_fraction >= %.3g gives one cooldown step\n", 0.5 / (double)s->steps);
+  } else {
+    fm_deck_error(deck, err, FM_KEY_optim_decay_fraction,
+                  "gives a cooldown of %lld steps, but only %lld follow the warmup (&train steps %lld - &optim "
+                  "warmup_steps %lld)",
+                  (long long)d, (long long)room, (long long)s->steps, (long long)s->warmup);
+    if (err)
+      fprintf(err, "hint: decay_fraction <= %.3g, or fewer warmup_steps, or more steps\n",
+              (double)room / (double)s->steps);
+  }
+  return FM_EDECK;
+}
+
+const FmSchedKind fm__sched_wsd = {"wsd", "warmup-stable-decay: constant, then a linear cooldown", wsd_lr, wsd_check};

@@ -68,7 +68,8 @@ FM_TEST(wsd_stable_then_linear_cooldown) {
   r.decay_fraction = 0.1;
   FM_EXPECT(fm_lr_at(&r, 27) == 6e-4);
   FM_EXPECT_NEAR(fm_lr_at(&r, 28), 6e-4 * (0.1 + 0.9 * 2.0 / 3.0), 1e-15, 0);
-  /* The cooldown never reaches into warmup: D <= T - W. */
+  /* The cooldown never reaches into warmup: D <= T - W (a schedule built in code; a deck asking for more is
+   * refused: wsd_cooldown_from_deck_must_fit). */
   FmSchedule q = sched("wsd", 90, 100);
   q.decay_fraction = 0.5;
   FM_EXPECT(fm_lr_at(&q, 90) == 6e-4);
@@ -142,4 +143,38 @@ FM_TEST(schedule_from_deck) {
   FM_EXPECT_CONTAINS(msgs, "must be <= &train steps = 100");
   free(msgs);
   fm_deck_free(&d);
+}
+
+/* A deck's WSD cooldown that does not fit after the warmup, or rounds to no
+ * step, is refused with the numbers (it was clamped into [1, T-W] silently). */
+FM_TEST(wsd_cooldown_from_deck_must_fit) {
+  static const struct {
+    const char *text, *want, *hint;
+  } cases[] = {
+      {"&optim schedule='wsd' warmup_steps=90 decay_fraction=0.5 /\n&train steps=100 /\n",
+       "t.in:1:39: &optim decay_fraction = 0.5: gives a cooldown of 50 steps, but only 10 follow the warmup "
+       "(&train steps 100 - &optim warmup_steps 90)",
+       "hint: decay_fraction <= 0.1, or fewer warmup_steps, or more steps"},
+      {"&optim schedule='wsd' warmup_steps=0 decay_fraction=0.001 /\n&train steps=100 /\n",
+       "t.in:1:38: &optim decay_fraction = 0.001: gives round(0.001 x &train steps 100) = 0 cooldown steps: "
+       "schedule 'wsd' needs at least 1",
+       "hint: decay_fraction >= 0.005 gives one cooldown step"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    FmDeck d;
+    fm_deck_init(&d);
+    FmDeckSource src = {"t.in", cases[i].text, false};
+    char *msgs = NULL;
+    FM_REQUIRE(deck_bind_capture(&d, 1, &src, &msgs) == 0);
+    free(msgs);
+    size_t len = 0;
+    FILE *err = open_memstream(&msgs, &len);
+    FmSchedule s;
+    FM_EXPECT_EQ_INT(fm_schedule_from_deck(&s, &d, err), FM_EDECK);
+    fclose(err);
+    FM_EXPECT_CONTAINS(msgs, cases[i].want);
+    FM_EXPECT_CONTAINS(msgs, cases[i].hint);
+    free(msgs);
+    fm_deck_free(&d);
+  }
 }

@@ -50,7 +50,8 @@ void fm_json_free(FmJsonDoc *doc);
 const FmJson *fm_json_get(const FmJson *obj, const char *key);
 const char *fm_json_type_name(FmJsonType t);
 
-/* Write s[0..n) as a JSON string literal with quotes and escapes. */
+/* Write s[0..n) as a JSON string literal with quotes and escapes; a byte
+ * that starts no whole UTF-8 character is written as \ufffd (JSON is UTF-8). */
 void fm_json_write_str(FILE *out, const char *s, size_t n);
 
 /* Validate UTF-8 (no overlongs, no surrogates, <= U+10FFFF); returns the byte

@@ -601,8 +601,20 @@ void fm_json_write_str(FILE *out, const char *s, size_t n) {
       case '\b': fputs("\\b", out); break;
       case '\f': fputs("\\f", out); break;
       default:
-        if (c < 0x20) fprintf(out, "\\u%04x", c);
-        else fputc(c, out);
+        if (c < 0x20) {
+          fprintf(out, "\\u%04x", c);
+        } else if (c < 0x80) {
+          fputc(c, out);
+        } else { /* JSON text is UTF-8: a byte that starts no whole character (a token that ends inside one, as
+                  * generation's can) is U+FFFD, as Python's decode(errors='replace') and HF tokenizers give */
+          const size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+          if (len > 1 && i + len <= n && fm_utf8_check(s + i, len) < 0) {
+            fwrite(s + i, 1, len, out);
+            i += len - 1;
+          } else {
+            fputs("\\ufffd", out);
+          }
+        }
     }
   }
   fputc('"', out);

@@ -120,6 +120,16 @@ static int prompts_read_jsonl(Prompts *p, const char *path, FILE *err) {
       rc = FM_EFORMAT;
       break;
     }
+    if (memchr(v->s, 0, (size_t)v->len)) { /* the prompt's text is a C string from here on: it was cut there */
+      if (err)
+        fprintf(err,
+                "error: %s:%lld: the prompt holds a NUL character (\\u0000), which generation cannot take\n"
+                "hint: remove it from the prompt\n",
+                path, (long long)lineno);
+      fm_json_free(&doc);
+      rc = FM_EFORMAT;
+      break;
+    }
     prompts_add(p, v->s, v->len);
     fm_json_free(&doc);
   }

@@ -545,6 +545,13 @@ def hf_index(name, index):
     return d
 
 
+def raw_file_at(name, data):
+    p = os.path.join(tmp, name)
+    with open(p, "wb") as f:
+        f.write(data)
+    return p
+
+
 def generate(name, model, extra=""):
     return deck(name, f"&run task='generate' out_dir='{tmp}/gen' /\n{MODEL}&generate model='{model}' "
                       f"tokenizer='{TOK}' prompts='hello' max_tokens=4 {extra} /\n")
@@ -596,6 +603,11 @@ def interop_cases():
                   and sorted(os.listdir(old)) == ["config.json", "model.safetensors"] else f"{old} changed: {os.listdir(old)}"))
     return [
         # weights that are not finite: refused at the import (they were loaded, and generate printed from NaN logits)
+        # a prompt with a NUL: refused at its line (it was cut there, silently)
+        ("generate_prompt_nul", [generate("s41.in", os.path.join(fx, "run", "final"),
+                                          "prompts_file='" + raw_file_at("s41.jsonl", b'{"prompt": "nul \\u0000 byte"}\n') + "'")], 1,
+         ["error: " + os.path.join(tmp, "s41.jsonl") + ":1: the prompt holds a NUL character (\\u0000), which generation "
+          "cannot take", "hint: remove it from the prompt"]),
         ("st_weight_nan", [generate("s40.in", hf_dir("s40", data=nan_body))], 1,
          ["s40/model.safetensors: tensor model.layers.0.input_layernorm.weight: element 3 of [16] is NaN: a model's "
           "weights must be finite",

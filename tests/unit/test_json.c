@@ -158,6 +158,29 @@ FM_TEST(json_write_roundtrip) {
   free(buf);
 }
 
+/* Bytes that start no whole UTF-8 character (a generated token that ends
+ * inside one, a cut sequence at the end, a stray continuation, 0xff) are
+ * written as \ufffd, so the output parses (generate.jsonl was invalid JSON);
+ * whole characters of 2, 3 and 4 bytes pass as they are. */
+FM_TEST(json_write_invalid_utf8_as_replacement) {
+  const char raw[] =
+      "a\x81\x96"
+      "b\xe2\x82\xac\xf0\x9f\x98\x80\xff\xc3";
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  fm_json_write_str(f, raw, sizeof raw - 1);
+  fclose(f);
+  FM_EXPECT_EQ_STR(buf, "\"a\\ufffd\\ufffdb\xe2\x82\xac\xf0\x9f\x98\x80\\ufffd\\ufffd\"");
+  FmJsonDoc d;
+  FM_REQUIRE(fm_json_parse(&d, buf, len, 0, NULL) == 0);
+  FM_EXPECT_EQ_STR(d.root.s,
+                   "a\xef\xbf\xbd\xef\xbf\xbd"
+                   "b\xe2\x82\xac\xf0\x9f\x98\x80\xef\xbf\xbd\xef\xbf\xbd");
+  fm_json_free(&d);
+  free(buf);
+}
+
 FM_TEST(json_large_document) {
   /* A merges-list shape: 200k two-string arrays in one arena. */
   FmStr s;

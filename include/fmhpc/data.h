@@ -105,6 +105,10 @@ typedef struct FmTemplate {
 /* From &prep: chat_template and, for 'deck', role_names / role_prefix /
  * role_suffix / template_bos (with \n, \t and \\ escapes). */
 int fm_template_from_deck(FmTemplate *t, const FmDeck *deck, FILE *err);
+/* A deck string with the escapes \n, \t and \\ read (deck strings are
+ * Fortran strings, which have none): the template keys and &generate stop.
+ * Caller frees. */
+char *fm_template_unescape(const char *s);
 int fm_template_builtin(FmTemplate *t, const char *name);
 /* Prefix and suffix for a role (NULL when a deck template lacks the role). */
 int fm_template_role(const FmTemplate *t, const char *role, char **prefix, char **suffix);

@@ -32,7 +32,7 @@ int fm_template_builtin(FmTemplate *t, const char *name) {
 }
 
 /* Deck strings are Fortran strings (no escapes): \n, \t and \\ are ours. */
-static char *unescape(const char *s) {
+char *fm_template_unescape(const char *s) {
   char *o = fm_xmalloc(strlen(s) + 1), *p = o;
   for (; *s; s++) {
     if (s[0] == '\\' && (s[1] == 'n' || s[1] == 't' || s[1] == '\\')) {
@@ -65,11 +65,11 @@ int fm_template_from_deck(FmTemplate *t, const FmDeck *deck, FILE *err) {
     return FM_EDECK;
   }
   t->nroles = n;
-  t->bos = unescape(deck->c.prep.template_bos);
+  t->bos = fm_template_unescape(deck->c.prep.template_bos);
   for (int i = 0; i < n; i++) {
     t->role[i] = fm_xstrdup(deck->c.prep.role_names[i]);
-    t->prefix[i] = unescape(deck->c.prep.role_prefix[i]);
-    t->suffix[i] = unescape(deck->c.prep.role_suffix[i]);
+    t->prefix[i] = fm_template_unescape(deck->c.prep.role_prefix[i]);
+    t->suffix[i] = fm_template_unescape(deck->c.prep.role_suffix[i]);
   }
   return 0;
 }

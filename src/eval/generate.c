@@ -200,6 +200,8 @@ typedef struct Gen {
   int64_t *rows;
   float *logits; /* host (B, V) */
   size_t hold;   /* bytes held back while streaming: longest stop string - 1 */
+  char *stop[4]; /* &generate stop with \n, \t and \\ read as the template keys read them */
+  int nstop;
   FILE *out;
   int64_t generated;
 } Gen;
@@ -229,8 +231,8 @@ static void accept(Gen *g, Seq *s, int32_t id) {
   size_t plen = 0, pcap = 0;
   if (fm_tok_decode(g->tok, &id, 1, &piece, &plen, &pcap) == 0) fm_str_catn(&s->text, piece, plen);
   free(piece);
-  for (int i = 0; i < g->c->generate.stop_n; i++) {
-    const char *st = g->c->generate.stop[i];
+  for (int i = 0; i < g->nstop; i++) {
+    const char *st = g->stop[i];
     const size_t sl = strlen(st);
     if (!sl) continue;
     const size_t from = before >= sl ? before - sl + 1 : 0;
@@ -476,8 +478,9 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
     g.dpos = g.dtok + g.B;
     g.rows = fm_xmalloc((size_t)g.B * sizeof(int64_t));
     g.logits = fm_xmalloc((size_t)(g.B * g.V) * sizeof(float));
-    for (int i = 0; i < c->generate.stop_n; i++) {
-      const size_t sl = strlen(c->generate.stop[i]);
+    for (int i = 0; i < c->generate.stop_n && i < 4; i++) {
+      g.stop[g.nstop++] = fm_template_unescape(c->generate.stop[i]);
+      const size_t sl = strlen(g.stop[i]);
       if (sl > g.hold + 1) g.hold = sl - 1;
     }
     const int64_t nb = (p.n + g.B - 1) / g.B;
@@ -519,6 +522,7 @@ int fm_generate_task(const FmDeck *deck, FmComm *world, FILE *out) {
   free(g.tokens);
   free(g.rows);
   free(g.logits);
+  for (int i = 0; i < g.nstop; i++) free(g.stop[i]);
   fm_model_free(g.dec);
   fm_model_free(g.m);
   if (has_tpl) fm_template_free(&tpl);

@@ -17,6 +17,12 @@ add_test(NAME metrics.nano_run
                  ${FM_METRICS_WORK}/work)
 set_tests_properties(metrics.nano_run PROPERTIES FIXTURES_REQUIRED data_fx FIXTURES_SETUP metrics_run LABELS unit
                      TIMEOUT 300 ENVIRONMENT "${FMHPC_TEST_ENV}")
+# &generate stop's escapes, on the trained model (generate_stop.sh)
+add_test(NAME metrics.generate_stop_escape
+         COMMAND sh ${CMAKE_CURRENT_LIST_DIR}/generate_stop.sh $<TARGET_FILE:fmhpc> ${PROJECT_SOURCE_DIR}
+                 ${FM_METRICS_WORK}/work/run ${FM_METRICS_WORK}/generate_stop)
+set_tests_properties(metrics.generate_stop_escape PROPERTIES FIXTURES_REQUIRED metrics_run LABELS unit TIMEOUT 120
+                     ENVIRONMENT "${FMHPC_TEST_ENV}")
 add_test(NAME metrics.tensorboard
          COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/check_tb.py ${FM_METRICS_WORK}/work/run "tb nano" 2)
 set_tests_properties(metrics.tensorboard PROPERTIES FIXTURES_REQUIRED metrics_run LABELS unit TIMEOUT 120

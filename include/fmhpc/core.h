@@ -7,6 +7,7 @@
 #define FMHPC_CORE_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -184,6 +185,10 @@ double fm_now_s(void);
 int fm_mkdirs(const char *path);
 /* mkdir -p of the directory a file path lies in (nothing when it has none). */
 int fm_mkdirs_parent(const char *file_path);
+/* Whether two paths name one file: the same device and inode where both
+ * exist, else the same canonical path (a missing file by its directory's
+ * realpath and its name), so an output about to be written is recognised. */
+bool fm_same_file(const char *a, const char *b);
 /* The user-facing error: "message\n" then "hint: ...\n" to err. Nothing when
  * err is NULL; no hint line when hint is NULL. */
 void fm_say(FILE *err, const char *hint, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

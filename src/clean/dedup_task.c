@@ -21,6 +21,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fmhpc/clean.h"
 #include "fmhpc/json.h"
@@ -87,6 +88,39 @@ static int find_files(Dedup *d, FmComm *world, FILE *err) {
   d->nfiles = fl.n;
   free(fl.bytes);
   return 0;
+}
+
+/* Rank 0: no two of output, dropped and report may be one file, and none may
+ * be an input (a report written over the input replaced its records; output
+ * equal to dropped mixed both into one file). The status is broadcast. */
+static int check_paths(Dedup *d, FmComm *world, FILE *err) {
+  const FmConfig *c = &d->deck->c;
+  const struct {
+    int key;
+    const char *path;
+  } out[] = {{FM_KEY_dedup_output, c->dedup.output},
+             {FM_KEY_dedup_dropped, c->dedup.dropped},
+             {FM_KEY_dedup_report, c->dedup.report}};
+  int32_t rc = 0;
+  for (int i = 0; i < 3 && world->rank == 0; i++) {
+    if (!nonempty(out[i].path)) continue;
+    for (int j = 0; j < i; j++)
+      if (nonempty(out[j].path) && fm_same_file(out[i].path, out[j].path)) {
+        fm_deck_error(d->deck, err, out[i].key, "is the same file as &dedup %s: each output needs its own file",
+                      fm_deck_key_info(out[j].key)->name);
+        rc = FM_EDECK;
+      }
+    for (int f = 0; f < d->nfiles; f++)
+      if (fm_same_file(out[i].path, d->files[f])) {
+        fm_deck_error(d->deck, err, out[i].key,
+                      "is an input of this dedup (%s): writing it would replace the records it reads", d->files[f]);
+        if (err) fprintf(err, "hint: write the %s to another file\n", fm_deck_key_info(out[i].key)->name);
+        rc = FM_EDECK;
+        break;
+      }
+  }
+  fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0);
+  return rc;
 }
 
 /* Visit every non-blank line of every file in order: fn(ctx, i, file, line, text). */
@@ -337,14 +371,27 @@ static FILE *open_partial(const char *path, FmStr *part) {
   return fopen(part->s, "w");
 }
 
-static int commit(FILE *f, const FmStr *part, const char *path) {
+/* Close f (its .partial); FM_EIO with the message, the .partial removed, on a write error. */
+static int finish(FILE *f, const FmStr *part, const char *path) {
   int bad = ferror(f);
   bad |= fclose(f) != 0;
-  if (bad || rename(part->s, path) != 0) {
-    fm_err("%s: cannot write: %s\nhint: check the directory exists and has space", path, strerror(errno));
-    return FM_EIO;
-  }
-  return 0;
+  if (!bad) return 0;
+  fm_err("%s: cannot write: %s\nhint: check the directory exists and has space", path, strerror(errno));
+  unlink(part->s);
+  return FM_EIO;
+}
+
+/* Move a finished .partial onto its path; the .partial removed on failure. */
+static int publish(const FmStr *part, const char *path) {
+  if (rename(part->s, path) == 0) return 0;
+  fm_err("%s: cannot write: %s\nhint: check the directory exists and has space", path, strerror(errno));
+  unlink(part->s);
+  return FM_EIO;
+}
+
+static int commit(FILE *f, const FmStr *part, const char *path) {
+  int rc = finish(f, part, path);
+  return rc ? rc : publish(part, path);
 }
 
 static int write_outputs(Dedup *d, const Decision *dec) {
@@ -369,8 +416,19 @@ static int write_outputs(Dedup *d, const Decision *dec) {
     }
   }
   int rc = each_record(d, write_one, &w);
-  int rk = commit(w.kept, &pk, c->dedup.output);
-  int rd = w.dropped ? commit(w.dropped, &pd, c->dedup.dropped) : 0;
+  /* both finished before either is moved in: a failed kept file leaves no new dropped file beside the old kept one */
+  int rk = finish(w.kept, &pk, c->dedup.output);
+  int rd = w.dropped ? finish(w.dropped, &pd, c->dedup.dropped) : 0;
+  if (rc || rk || rd) {
+    if (!rk) unlink(pk.s);
+    if (w.dropped && !rd) unlink(pd.s);
+  } else {
+    rk = publish(&pk, c->dedup.output);
+    if (w.dropped && !rk)
+      rd = publish(&pd, c->dedup.dropped);
+    else if (w.dropped)
+      unlink(pd.s);
+  }
   fm_str_free(&pk);
   fm_str_free(&pd);
   return rc ? rc : rk ? rk : rd;
@@ -430,6 +488,7 @@ int fm_dedup_task(const FmDeck *deck, FmComm *world, FILE *log) {
   Dedup d = {.deck = deck};
   int32_t rc = check_deck(&d, err);
   if (!rc) rc = find_files(&d, world, err);
+  if (!rc) rc = check_paths(&d, world, err);
   if (rc) {
     dedup_free(&d);
     return rc;

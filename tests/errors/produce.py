@@ -378,6 +378,14 @@ TOKENIZER = [
       "hint: check that the directory exists and is writable"]),
 ]
 
+# dedup's outputs against each other and its inputs (a report over the input replaced its records; output equal to
+# dropped mixed both into one file; a kept file that failed left a new dropped file and a .partial)
+DD7 = jsonl("dd7.jsonl", ['{"text": "hello world, this is a document"}\n'] * 3)
+os.makedirs(os.path.join(tmp, "dd8"), exist_ok=True)
+AFTER.append(("dedup_report_is_input", lambda: None if open(DD7).read().count("hello") == 3 else DD7 + " changed"))
+AFTER.append(("dedup_output_is_dir", lambda: next((f + " left" for f in ("d8x.jsonl", "d8x.jsonl.partial", "dd8.partial")
+                                                  if os.path.exists(os.path.join(tmp, f))), None)))
+
 # Corpora and their tasks: prep (src/data/prep*.c, JSONL readers src/core/jsonl.c), dedup
 DATA = [
     ("prep_bad_json", [prep("p1.in", BAD2)], 1,
@@ -470,6 +478,13 @@ DATA = [
      ["/proc/nope/x: cannot create: No such file or directory", "hint: check &dedup dropped"]),
     ("dedup_report_unwritable", [dedup("dedup5.in", GOOD, f"output='{tmp}/d5.jsonl' report='/proc/nope/x'")], 1,
      ["/proc/nope/x: cannot create: No such file or directory", "hint: check &dedup report"]),
+    ("dedup_output_is_dropped", [dedup("dedup6.in", GOOD, f"output='{tmp}/d6.jsonl' dropped='{tmp}/./d6.jsonl'")], 2,
+     ["&dedup dropped = '" + tmp + "/./d6.jsonl': is the same file as &dedup output: each output needs its own file"]),
+    ("dedup_report_is_input", [dedup("dedup7.in", DD7, f"output='{tmp}/d7.jsonl' report='{DD7}'")], 2,
+     ["&dedup report = '" + DD7 + "': is an input of this dedup (" + DD7 + "): writing it would replace the records "
+      "it reads", "hint: write the report to another file"]),
+    ("dedup_output_is_dir", [dedup("dedup8.in", GOOD, f"output='{tmp}/dd8' dropped='{tmp}/d8x.jsonl'")], 1,
+     [tmp + "/dd8: cannot write: Is a directory"]),
 ]
 
 
@@ -602,12 +617,12 @@ def interop_cases():
     AFTER.append(("export_config_fails", lambda: None if open(os.path.join(old, "model.safetensors"), "rb").read() == b"old weights"
                   and sorted(os.listdir(old)) == ["config.json", "model.safetensors"] else f"{old} changed: {os.listdir(old)}"))
     return [
-        # weights that are not finite: refused at the import (they were loaded, and generate printed from NaN logits)
         # a prompt with a NUL: refused at its line (it was cut there, silently)
         ("generate_prompt_nul", [generate("s41.in", os.path.join(fx, "run", "final"),
                                           "prompts_file='" + raw_file_at("s41.jsonl", b'{"prompt": "nul \\u0000 byte"}\n') + "'")], 1,
          ["error: " + os.path.join(tmp, "s41.jsonl") + ":1: the prompt holds a NUL character (\\u0000), which generation "
           "cannot take", "hint: remove it from the prompt"]),
+        # weights that are not finite: refused at the import (they were loaded, and generate printed from NaN logits)
         ("st_weight_nan", [generate("s40.in", hf_dir("s40", data=nan_body))], 1,
          ["s40/model.safetensors: tensor model.layers.0.input_layernorm.weight: element 3 of [16] is NaN: a model's "
           "weights must be finite",

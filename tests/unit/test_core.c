@@ -132,6 +132,36 @@ FM_TEST(read_file_any_size_and_kind) {
   FM_EXPECT_EQ_INT(errno, ENOENT);
 }
 
+/* fm_same_file: one file by two spellings, through a symlink, and a file not
+ * yet written named two ways (dedup's outputs); two files are not one. */
+FM_TEST(same_file) {
+  char dir[] = "/tmp/fm_same_XXXXXX";
+  FM_REQUIRE(mkdtemp(dir) != NULL);
+  char a[300], a2[300], b[300], link[300], miss[300], miss2[300];
+  snprintf(a, sizeof a, "%s/a", dir);
+  snprintf(a2, sizeof a2, "%s/./sub/../a", dir);
+  snprintf(b, sizeof b, "%s/b", dir);
+  snprintf(link, sizeof link, "%s/l", dir);
+  snprintf(miss, sizeof miss, "%s/new.jsonl", dir);
+  snprintf(miss2, sizeof miss2, "%s/sub/../new.jsonl", dir);
+  char sub[300];
+  snprintf(sub, sizeof sub, "%s/sub", dir);
+  FM_REQUIRE(mkdir(sub, 0700) == 0);
+  FILE *f = fopen(a, "w");
+  FM_REQUIRE(f != NULL);
+  fclose(f);
+  f = fopen(b, "w");
+  FM_REQUIRE(f != NULL);
+  fclose(f);
+  FM_REQUIRE(symlink(a, link) == 0);
+  FM_EXPECT(fm_same_file(a, a2));
+  FM_EXPECT(fm_same_file(a, link));
+  FM_EXPECT(!fm_same_file(a, b));
+  FM_EXPECT(fm_same_file(miss, miss2));
+  FM_EXPECT(!fm_same_file(miss, a));
+  unlink(link), unlink(a), unlink(b), rmdir(sub), rmdir(dir);
+}
+
 /* fm_read_file_max: a device that never ends (/dev/zero), a regular file and
  * a /proc file over the cap are FM_EIO with errno EFBIG and nothing held; at
  * the cap they are read. */

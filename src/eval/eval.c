@@ -5,6 +5,7 @@
  * IFD lives in ifd.c. */
 #include "fmhpc/eval.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -229,18 +230,25 @@ int fm_eval_task(const FmDeck *deck, FmComm *world, FILE *log) {
   if (all_ok && !rc) {
     fm_batch_alloc(&buf, c->train.micro_batch, dims.T);
     int64_t ntok = 0, correct = 0, ntok_acc = 0;
-    FmProgress pg; /* two passes over the batches: the loss, then the detail */
-    fm_progress_start(&pg, world->rank == 0 ? log : NULL, "eval", "batches", 2 * c->eval.batches, -1);
-    const double loss = eval_loss(m, st, &buf, c->eval.batches, world, &ntok, &pg);
     char path[4096];
     FILE *docs = NULL;
     bool unwritten = false; /* rank 0: an output the deck asks for could not be written: status 1 */
+    /* per_doc opened before both passes (its directory made, as eval.json's is): it failed after all the work, the
+     * default one inside an out_dir not made yet */
+    int32_t open_rc = 0;
     if (world->rank == 0 && c->eval.per_doc[0]) {
-      docs = fopen(c->eval.per_doc, "w");
-      if (!docs) fm_err("cannot write &eval per_doc = '%s'; no per-document results", c->eval.per_doc);
-      unwritten = !docs;
+      docs = fm_mkdirs_parent(c->eval.per_doc) == 0 ? fopen(c->eval.per_doc, "w") : NULL;
+      if (!docs) {
+        fm_err("cannot write &eval per_doc = '%s': %s\nhint: set per_doc = '' for no per-document results",
+               c->eval.per_doc, strerror(errno));
+        open_rc = FM_EIO;
+      }
     }
-    rc = eval_detail(m, st, &buf, c->eval.batches, world, docs, &correct, &ntok_acc, &pg);
+    FM_CHECK(fm_comm_bcast(world, &open_rc, 1, FM_DT_I32, 0));
+    FmProgress pg; /* two passes over the batches: the loss, then the detail */
+    fm_progress_start(&pg, world->rank == 0 && !open_rc ? log : NULL, "eval", "batches", 2 * c->eval.batches, -1);
+    const double loss = open_rc ? NAN : eval_loss(m, st, &buf, c->eval.batches, world, &ntok, &pg);
+    rc = open_rc ? open_rc : eval_detail(m, st, &buf, c->eval.batches, world, docs, &correct, &ntok_acc, &pg);
     if (docs) fclose(docs);
     const double acc = ntok_acc > 0 ? (double)correct / (double)ntok_acc : NAN;
     if (world->rank == 0 && !rc) {

@@ -1270,8 +1270,13 @@ def models_cases():
     tok_big = tok_json("tok_big.json", vocab_set("zz", 280))  # 281 ids
     return [
         ("eval_no_store", [ev("e1.in")], 2, ["&data valid = '': task = 'eval' needs a store (&data valid or train)"]),
+        # refused before the passes (it failed after all the work), with the reason
         ("eval_per_doc_unwritable", [ev("e2.in", f"valid='{valid}'", "per_doc='/proc/nope/x.jsonl'")], 1,
-         ["fmhpc: cannot write &eval per_doc = '/proc/nope/x.jsonl'; no per-document results"]),
+         ["fmhpc: cannot write &eval per_doc = '/proc/nope/x.jsonl': No such file or directory",
+          "hint: set per_doc = '' for no per-document results"]),
+        # its directory is made, as eval.json's is (the default per_doc lies in an out_dir made only later)
+        ("eval_per_doc_new_dir", [ev("e6n.in", f"valid='{valid}'", f"per_doc='{tmp}/e6new/sub/docs.jsonl'")], 0,
+         ["eval: per-document results in " + tmp + "/e6new/sub/docs.jsonl"]),
         ("eval_results_unwritable", [ev("e4.in", f"valid='{valid}'", out="/proc/nope")], 1, ["fmhpc: cannot write /proc/nope/eval.json"]),
         ("eval_backend", [ev("e3.in", f"valid='{valid}'", extra="&train backend='cuda' /\n")], 2,
          ["&train backend = 'cuda': eval cannot use this backend: backend 'cuda': "]),

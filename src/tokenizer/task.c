@@ -4,8 +4,11 @@
  * broadcasts the sorted list so every rank numbers the records alike; the
  * trainer asks each rank for its documents in increasing order, which a
  * forward-only stream over the files serves. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fmhpc/json.h"
 #include "fmhpc/runtime.h"
@@ -100,11 +103,37 @@ static int read_doc(void *ctx, int64_t i, char **text, size_t *len) {
   return 0;
 }
 
+/* Rank 0: the output's directory made and a file creatable there before the
+ * corpus is read (it failed after the merges, hours on a real corpus). */
+static int check_output(const FmDeck *deck, FmComm *world, FILE *err) {
+  int32_t rc = 0;
+  if (world->rank == 0) {
+    const char *out = deck->c.tokenizer.output;
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s.probe.%ld", out, (long)getpid());
+    int fd = -1;
+    if (!out[0]) {
+      fm_deck_error(deck, err, FM_KEY_tokenizer_output, "task = 'tokenizer' needs an output file");
+      rc = FM_EDECK;
+    } else if (fm_mkdirs_parent(out) != 0 || (fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600)) < 0) {
+      fm_deck_error(deck, err, FM_KEY_tokenizer_output, "cannot be written: %s", strerror(errno));
+      if (err) fprintf(err, "hint: checked before the corpus is read; point output at a writable directory\n");
+      rc = FM_EIO;
+    } else {
+      close(fd);
+      unlink(probe);
+    }
+  }
+  FM_CHECK(fm_comm_bcast(world, &rc, 1, FM_DT_I32, 0));
+  return rc;
+}
+
 int fm_tokenizer_task(const FmDeck *deck, FmComm *world, FILE *log) {
   const FmConfig *cfg = &deck->c;
   FILE *err = world->rank == 0 ? stderr : NULL;
   Corpus c = {.err = stderr};
   int rc = corpus_files(&c, deck, world, err);
+  if (!rc) rc = check_output(deck, world, err);
   int64_t ndocs = 0;
   if (!rc) { /* every rank counts the same records of the same files */
     const char *line;
@@ -131,6 +160,13 @@ int fm_tokenizer_task(const FmDeck *deck, FmComm *world, FILE *log) {
                         .ctx = &c};
     rc = fm_bpe_train(&o, world, &tok, world->rank == 0 ? log : NULL);
   }
+  if (!rc && world->rank == 0 &&
+      fm_tok_vocab_size(tok) < cfg->tokenizer.vocab_size) /* said, not left to a model deck */
+    fm_warn0(
+        "tokenizer: the corpus gave %lld ids, fewer than &tokenizer vocab_size = %lld: no pair is left that occurs "
+        "min_frequency = %lld times or more; a model deck for this tokenizer needs vocab_size >= %lld",
+        (long long)fm_tok_vocab_size(tok), (long long)cfg->tokenizer.vocab_size,
+        (long long)cfg->tokenizer.min_frequency, (long long)fm_tok_vocab_size(tok));
   if (!rc && world->rank == 0) {
     rc = fm_tok_save_json(tok, cfg->tokenizer.output, stderr);
     if (!rc)

@@ -373,9 +373,19 @@ TOKENIZER = [
     ("tokenizer_task_specials", [tok_task("k3.in", GOOD, "vocab_size=257 special_tokens='<|a|>','<|b|>'")], 2,
      # the deck's place is named (the message was fm_bpe_train's, with no place, after the corpus was read)
      ["k3.in:2:108: &tokenizer vocab_size = 257: leaves 255 ids after the 2 special_tokens; at least 256 (one per byte) are needed"]),
+    # refused before the corpus is read (it failed after the merges)
     ("tokenizer_task_unwritable", [deck("k4.in", f"&run task='tokenizer' /\n&tokenizer inputs='{GOOD}' output='/proc/nope/k4.json' vocab_size=300 /\n")], 1,
-     ["/proc/nope/k4.json.tmp.", ": cannot write: No such file or directory",
-      "hint: check that the directory exists and is writable"]),
+     ["&tokenizer output = '/proc/nope/k4.json': cannot be written: No such file or directory",
+      "hint: checked before the corpus is read; point output at a writable directory"]),
+    ("tokenizer_task_no_output", [deck("k7.in", f"&run task='tokenizer' /\n&tokenizer inputs='{GOOD}' output='' vocab_size=300 /\n")], 2,
+     ["&tokenizer output = '': task = 'tokenizer' needs an output file"]),
+    # its directory is made
+    ("tokenizer_task_new_dir", [deck("k6.in", f"&run task='tokenizer' /\n&tokenizer inputs='{GOOD}' output='{tmp}/k6new/sub/k6.json' vocab_size=300 /\n")], 0,
+     ["tokenizer: wrote " + tmp + "/k6new/sub/k6.json (2"]),
+    # a vocabulary the corpus cannot fill is said (it was written smaller without a word)
+    ("tokenizer_task_short_vocab", [tok_task("k5.in", GOOD, "vocab_size=100000")], 0,
+     ["fmhpc: warning: tokenizer: the corpus gave ", " ids, fewer than &tokenizer vocab_size = 100000: no pair is left that "
+      "occurs min_frequency = 2 times or more; a model deck for this tokenizer needs vocab_size >= "]),
 ]
 
 # dedup's outputs against each other and its inputs (a report over the input replaced its records; output equal to

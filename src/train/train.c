@@ -982,7 +982,8 @@ static int check_ckpt_dir(const char *dir, const char *set, FILE *err) {
 }
 
 /* FMHPC_CKPT_TEST_SIGNAL_AT=N (tests only): after step N the last rank
- * raises SIGUSR1 on itself, a preemption at a known step. */
+ * raises SIGUSR1 on itself, a preemption at a known step; N = 0 raises it
+ * during start-up (after setup, before step 1). */
 static void test_signal_hook(const FmComm *dp, int64_t step) {
   const char *at = getenv("FMHPC_CKPT_TEST_SIGNAL_AT");
   if (at && atoll(at) == step && dp->rank == dp->size - 1) raise(SIGUSR1);
@@ -1028,7 +1029,11 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   FILE *serr = lead ? fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write})
                     : fopencookie(&said, "w", (cookie_io_functions_t){.write = tee_write_quiet});
   setvbuf(serr, NULL, _IONBF, 0);
+  /* first: a preemption signal during start-up (setup, the store's checksums, resume) was the default action, which
+   * killed the rank (status 138), and the batch script did not requeue */
+  fm_ckpt_signals_install();
   int rc = setup(&r, deck, mesh, serr);
+  test_signal_hook(dp, 0);
   fclose(serr);
   int32_t ok = rc == 0, all_ok = 0; /* a setup error seen by some ranks (a file) ends all */
   fm_comm_allreduce(dp, &ok, &all_ok, 1, FM_DT_I32, FM_OP_MIN);
@@ -1046,7 +1051,6 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
     snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s", c->ckpt.dir);
   else
     snprintf(r.ckpt_dir, sizeof r.ckpt_dir, "%s/ckpt", c->run.out_dir);
-  fm_ckpt_signals_install();
   const int64_t start = resume(&r, err, loaded, sizeof loaded);
   if (start < 0) {
     teardown(&r);
@@ -1072,6 +1076,21 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
     fm_metrics_close(r.metrics);
     teardown(&r);
     return rc;
+  }
+  { /* a signal during start-up: nothing new to checkpoint; the requeued job starts where this one would have */
+    int32_t early = fm_ckpt_signal_pending();
+    FM_CHECK(fm_comm_allreduce(dp, &early, &early, 1, FM_DT_I32, FM_OP_MAX));
+    if (tp->size > 1) FM_CHECK(fm_comm_allreduce(tp, &early, &early, 1, FM_DT_I32, FM_OP_MAX));
+    if (early) {
+      fm_log0(
+          "preempted during start-up, before step %lld: nothing new to checkpoint (%s); exit status %d asks the "
+          "batch script to requeue",
+          (long long)start + 1, start > 0 ? "a requeue resumes from the same checkpoint" : "a requeue starts afresh",
+          FM_EXIT_REQUEUE);
+      fm_metrics_close(r.metrics);
+      teardown(&r);
+      return FM_CKPT_PREEMPTED;
+    }
   }
   if (r.resume_changes) fm_metrics_record(r.metrics, r.resume_changes);
   fm_log0(

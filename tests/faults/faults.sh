@@ -54,6 +54,12 @@
 #             the job ends within 60 s, status 1, rank 0 naming the start-up
 #             deadline; with the watchdog off (0) the same job is still
 #             running 15 s later (the hang it bounds). A bad value is refused.
+#   preempt_startup  SIGUSR1 during start-up (FMHPC_CKPT_TEST_SIGNAL_AT=0:
+#             after setup, before step 1; the handlers were installed only
+#             after setup, so the signal killed the rank, status 138): exit 3,
+#             no checkpoint, metrics.jsonl valid; the requeued run trains all
+#             steps; a signal during the start-up of a resumed run: exit 3, and
+#             the next run resumes from the same checkpoint
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -79,6 +85,25 @@ expect() {
 }
 
 case $case_ in
+preempt_startup)
+  D=$WORK/preempt_startup
+  rm -rf "$D"
+  FMHPC_CKPT_TEST_SIGNAL_AT=0 expect early 120 3 \
+    "preempted during start-up, before step 1: nothing new to checkpoint \(a requeue starts afresh\); exit status 3" \
+    "${TRAIN[@]}" ckpt%every=2 "run%out_dir='$D'"
+  ! ls "$D/ckpt"/step_* > /dev/null 2>&1 || fail "early: wrote a checkpoint"
+  /usr/bin/python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" "$D/metrics.jsonl" ||
+    fail "early: metrics.jsonl is not JSON lines"
+  expect requeue 120 0 "done: 4 steps" "${TRAIN[@]}" ckpt%every=2 "run%out_dir='$D'"
+  [ -e "$D/ckpt/step_00000004.h5" ] || fail "requeue: no checkpoint of step 4"
+  FMHPC_CKPT_TEST_SIGNAL_AT=0 expect early_resumed 120 3 \
+    "preempted during start-up, before step 5: nothing new to checkpoint \(a requeue resumes from the same checkpoint\)" \
+    "${TRAIN[@]}" ckpt%every=2 train%steps=6 "run%out_dir='$D'"
+  expect requeue_resumed 120 0 "resume: $D/ckpt/step_00000004.h5, step 4" "${TRAIN[@]}" ckpt%every=2 train%steps=6 \
+    "run%out_dir='$D'"
+  [ -e "$D/ckpt/step_00000006.h5" ] || fail "requeue_resumed: no checkpoint of step 6"
+  echo "PASS: preempt_startup"
+  ;;
 data)
   rm -rf "$WORK/data" && mkdir -p "$WORK/data"
   (cd "$WORK/data" && "$MPIEXEC" -n 1 "$FMHPC" "$SRC/inputs/prep_linuxdoc_nano.in" "prep%inputs='$FX/linuxdoc_small.jsonl'" \

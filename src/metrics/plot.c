@@ -268,6 +268,18 @@ int fm_plot_png(const FmCurve *c, const char *png, FILE *err) {
   plschr(0, 1.1);
   draw(c, title);
   plend1();
+  /* PLplot's cairo driver reports no write error: a full disk left a PNG cut short that was renamed into place and
+   * announced. A whole PNG ends with its IEND chunk. */
+  static const unsigned char iend[12] = {0, 0, 0, 0, 'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82};
+  unsigned char tail[12] = {0};
+  FILE *t = fopen(tmp, "rb");
+  const bool whole = t && fseek(t, -12, SEEK_END) == 0 && fread(tail, 1, 12, t) == 12 && !memcmp(tail, iend, 12);
+  if (t) fclose(t);
+  if (!whole) {
+    if (err) fprintf(err, "fmhpc: the plot '%s' was written short (is the file system full?): no loss.png\n", tmp);
+    remove(tmp);
+    return FM_EIO;
+  }
   if (rename(tmp, png) != 0) {
     if (err) fprintf(err, "fmhpc: cannot rename '%s' to '%s': %s\n", tmp, png, strerror(errno));
     return FM_EIO;

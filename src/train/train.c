@@ -787,14 +787,17 @@ static void weights_hash(const float *w, int64_t n, char hex[65]) {
 
 /* final_ckpt: "written", "failed" (the run's exit status is not 0, but what
  * it trained is in final/ and this summary) or "none" (&ckpt every = 0). */
-static void write_summary(Run *r, const FmStepRecord *last, double val, double secs, const char *hash,
-                          const char *final_ckpt) {
-  char path[4096];
+/* summary.json through a temporary name: a write that fails (a full disk) is
+ * said and leaves no empty or cut file; 0 or FM_EIO. */
+static int write_summary(Run *r, const FmStepRecord *last, double val, double secs, const char *hash,
+                         const char *final_ckpt) {
+  char path[4096], tmp[4200];
   snprintf(path, sizeof path, "%s/summary.json", r->c->run.out_dir);
-  FILE *f = fopen(path, "w");
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
   if (!f) {
-    fm_warn0("cannot write %s", path);
-    return;
+    fm_err("cannot write the run summary %s: %s\nhint: is the file system full?", tmp, strerror(errno));
+    return FM_EIO;
   }
   char vbuf[32] = "null"; /* no validation store: JSON has no NaN */
   if (isfinite(val)) snprintf(vbuf, sizeof vbuf, "%.9e", val);
@@ -807,7 +810,14 @@ static void write_summary(Run *r, const FmStepRecord *last, double val, double s
           (long long)last->step, last->loss, last->loss, vbuf, (long long)last->step * r->B * r->T, secs,
           (long long)r->skipped, (long long)r->red.redone, r->dp->size, r->tp->size, hash,
           (long long)fm_model_canon_params(r->model)->numel, final_ckpt);
-  fclose(f);
+  int bad = ferror(f);
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    fm_err("cannot write the run summary %s: %s\nhint: is the file system full?", path, strerror(errno));
+    remove(tmp);
+    return FM_EIO;
+  }
+  return 0;
 }
 
 /* ---- checkpoints -------------------------------------------------------- */
@@ -1168,14 +1178,19 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   if (canon) fm_model_tp_gather(r.model, r.wh, canon); /* tp > 1 runs on host memory: wh is the arena */
   const float *wc = canon ? canon : r.wh;
   weights_hash(wc, ct->numel, hash);
+  /* the weights first, then the summary, then the plot; each written or said, and only what was written is
+   * announced (a full disk left final/ empty, summary.json of 0 bytes and a cut loss.png, all announced) */
+  int exported = 0, summarised = 0;
   if (r.lead) {
+    snprintf(path, sizeof path, "%s/final", c->run.out_dir);
+    rc = fm_hf_export(path, r.kind, &r.dims, ct, wc, err);
+    exported = rc == 0;
+    summarised = write_summary(&r, &rec, val, secs, hash, final_ckpt) == 0;
+    if (!rc && !summarised) rc = FM_EIO;
     if (c->log.plot) {
       fm_metrics_plot(r.metrics, log, 72, 16);
       if (!fm_metrics_plot_png(r.metrics, err)) fm_log0("wrote %s/loss.png", c->run.out_dir);
     }
-    write_summary(&r, &rec, val, secs, hash, final_ckpt);
-    snprintf(path, sizeof path, "%s/final", c->run.out_dir);
-    rc = fm_hf_export(path, r.kind, &r.dims, ct, wc, err);
   }
   free(canon);
   fm_comm_bcast(dp, &rc, 1, FM_DT_I32, 0);
@@ -1184,14 +1199,31 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   if (r.valid) snprintf(vbuf, sizeof vbuf, "%.6f", val);
   fm_log0("done: %lld steps in %.1f s, final loss %.6f, val loss %s, %lld skipped, %lld redone; weights sha256 %s",
           (long long)rec.step, secs, rec.loss, vbuf, (long long)r.skipped, (long long)r.red.redone, hash);
-  fm_log0("wrote %s/metrics.jsonl, summary.json, final/ (HF safetensors)", c->run.out_dir);
-  if (final_failed && err)
+  if (r.lead && (c->log.metrics || summarised || exported))
+    fm_log0("wrote %s/%s%s%s", c->run.out_dir, c->log.metrics ? "metrics.jsonl" : "",
+            summarised ? (c->log.metrics ? ", summary.json" : "summary.json") : "",
+            exported ? (c->log.metrics || summarised ? ", final/ (HF safetensors)" : "final/ (HF safetensors)") : "");
+  if (final_failed && err && exported)
     fprintf(err,
-            "fmhpc: the checkpoint of the last step (%lld) failed (above): the run's weights are in %s/final and "
-            "summary.json (\"final_checkpoint\": \"failed\"), not in %s; exit status 1\n"
+            "fmhpc: the checkpoint of the last step (%lld) failed (above): the run's weights are in %s/final%s, "
+            "not in %s; exit status 1\n"
             "hint: free space in %s or make it writable, then run the deck again: resume = 'auto' continues from "
             "the newest checkpoint there and reaches the same weights\n",
-            (long long)rec.step, c->run.out_dir, r.ckpt_dir, r.ckpt_dir);
+            (long long)rec.step, c->run.out_dir,
+            summarised ? " and summary.json (\"final_checkpoint\": \"failed\")" : "", r.ckpt_dir, r.ckpt_dir);
+  else if (r.lead && !exported && err && final_ckpt[0] == 'w')
+    fprintf(err,
+            "fmhpc: the export to %s/final failed (above): the weights of step %lld are in its checkpoint in %s; "
+            "exit status 1\nhint: eval, generate, ifd and &model init_from read that checkpoint as it is\n",
+            c->run.out_dir, (long long)rec.step, r.ckpt_dir);
+  else if (r.lead && !exported && err)
+    fprintf(err,
+            "fmhpc: the export to %s/final failed (above)%s: the weights of step %lld are not saved; exit status 1\n"
+            "hint: free space in %s, then run the deck again: resume = 'auto' continues from the newest checkpoint "
+            "there\n",
+            c->run.out_dir,
+            final_failed ? ", and so did the checkpoint of that step" : " and that step has no checkpoint",
+            (long long)rec.step, r.ckpt_dir);
   fm_metrics_close(r.metrics);
   teardown(&r);
   return rc ? rc : final_failed;

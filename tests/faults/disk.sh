@@ -17,6 +17,12 @@
 #             and equals the uninterrupted run's step-2 weights. Step 3 is the
 #             last: its weights still reach out_dir's final/ and summary.json
 #             ("final_checkpoint": "failed"), equal to the uninterrupted run's.
+#           small_out: out_dir on a 1 MiB tmpfs (the checkpoints elsewhere): final/
+#             cannot be written; the failure is said with where the weights are,
+#             nothing claims final/, summary.json and loss.png are whole or absent.
+#           tiny_out: out_dir with its ckpt/ on a 20 KiB tmpfs: the last checkpoint,
+#             final/, summary.json and loss.png each fail and are said; none
+#             is left cut short or announced; the weights are said to be lost.
 #   dir   a &ckpt dir whose parents are missing is created; one under a regular
 #         file is a clear error at the start, before step 1; as an unprivileged user
 #         (setpriv, root only), a directory made read-only between step 1 and
@@ -127,6 +133,40 @@ for n in names:
 print(f"write: step 2's {len(names)} datasets equal the uninterrupted run's")
 PY
   echo "write: $(grep -oE 'checkpoint of step 3 failed: .*' "$D/write.log")"
+  # 3. out_dir on a 1 MiB tmpfs, the checkpoints elsewhere: final/ (about 6.5 MB) cannot be written. It was announced
+  # ("wrote ... final/"), left empty, and the weights said to be there; now the failure is said, the weights are
+  # named in their checkpoint, summary.json is whole JSON or absent, and nothing claims final/
+  M2=$D/mnt2
+  mkdir -p "$M2" && mount -t tmpfs -o size=1m tmpfs "$M2"
+  trap 'unmount; umount "$M2" 2> /dev/null || true' EXIT
+  run small_out 120 1 train%steps=2 "ckpt%dir='$D/ck3'" "run%out_dir='$M2/run'" log%plot=T
+  grep -q "fmhpc: the export to $M2/run/final failed (above): the weights of step 2 are in its checkpoint in $D/ck3; exit status 1" \
+    "$D/small_out.log" || { tail -20 "$D/small_out.log"; fail "small_out: no message naming where the weights are"; }
+  grep -q "^hint: eval, generate, ifd and &model init_from read that checkpoint as it is" "$D/small_out.log" || fail "small_out: no hint"
+  ! grep -q "final/ (HF safetensors)" "$D/small_out.log" || fail "small_out: final/ announced as written"
+  ! grep -q "weights are in $M2/run/final" "$D/small_out.log" || fail "small_out: the weights said to be in final/"
+  [ ! -e "$M2/run/summary.json" ] || /usr/bin/python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$M2/run/summary.json" ||
+    fail "small_out: summary.json is not whole JSON"
+  [ ! -e "$M2/run/loss.png" ] || [ "$(tail -c 8 "$M2/run/loss.png" | od -An -tx1 | tr -d ' \n')" = 49454e44ae426082 ] ||
+    fail "small_out: loss.png cut short"
+  verify "$D/ck3/step_00000002.h5"
+  echo "small_out: exit 1, $(grep -o 'the export to .*' "$D/small_out.log")"
+  umount "$M2"
+  # 4. out_dir and its ckpt/ on a 20 KiB tmpfs: metrics.jsonl takes it all; the last checkpoint, final/, summary.json
+  # and loss.png each fail, each is said (loss.png was renamed into place cut short, summary.json left empty), and
+  # the weights are said to be nowhere
+  mount -t tmpfs -o size=20k tmpfs "$M2"
+  run tiny_out 120 1 train%steps=2 ckpt%every=2 "run%out_dir='$M2/run'" log%plot=T
+  for want in "cannot write the run summary $M2/run/summary.json: No space left on device" \
+    "fmhpc: the plot '$M2/run/loss.png.tmp' was written short (is the file system full?): no loss.png" \
+    "fmhpc: the export to $M2/run/final failed (above), and so did the checkpoint of that step: the weights of step 2 are not saved; exit status 1" \
+    "hint: free space in $M2/run/ckpt, then run the deck again: resume = 'auto' continues from the newest checkpoint there"; do
+    grep -qF "$want" "$D/tiny_out.log" || { tail -20 "$D/tiny_out.log"; fail "tiny_out: no '$want'"; }
+  done
+  [ ! -e "$M2/run/summary.json" ] && [ ! -e "$M2/run/loss.png" ] || fail "tiny_out: a cut summary.json or loss.png is left"
+  ! grep -q "summary.json, final/\|wrote $M2/run/loss.png" "$D/tiny_out.log" || fail "tiny_out: an unwritten file announced"
+  echo "tiny_out: exit 1, $(grep -o 'the export to .*' "$D/tiny_out.log")"
+  umount "$M2"
   echo "PASS: disk fill"
   ;;
 dir)

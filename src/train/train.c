@@ -12,11 +12,13 @@
  * likewise. Setup, evaluation and reporting are below the loop. */
 #define _GNU_SOURCE /* fopencookie: setup messages kept per rank */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "fmhpc/ckpt.h"
@@ -81,6 +83,8 @@ typedef struct Run {
   char *deck_text;                 /* the resolved deck, stored in checkpoints */
   char *resume_changes;            /* metrics.jsonl record of keys changed since the checkpoint, or NULL */
   FILE *ids_log;                   /* tests: FMHPC_TEST_SAMPLE_IDS=PATH appends each rank's sample ids to PATH.<rank> */
+  bool locked;                     /* the lead rank holds out_dir's lock (lock_fd) */
+  int lock_fd;
 } Run;
 
 static FmModelInput model_input(const FmBatch *mb, const int32_t *targets) {
@@ -709,6 +713,7 @@ static int setup(Run *r, const FmDeck *deck, FmMesh *mesh, FILE *err) {
 }
 
 static void teardown(Run *r) {
+  if (r->locked) close(r->lock_fd); /* releases the flock */
   for (int64_t i = 0; i < (r->count > 0 ? r->count : 1) && r->mb; i++) fm_batch_free(&r->mb[i]);
   free(r->mb);
   free(r->weights);
@@ -978,6 +983,45 @@ static int check_out_dir(const char *dir, FILE *err) {
   return FM_EIO;
 }
 
+/* One run per out_dir: the lead rank holds an exclusive flock on
+ * out_dir/.fmhpc.lock for the run's life (released at exit, even a kill).
+ * Two live runs in one directory (a requeued job beside the old one, a job
+ * submitted twice) both wrote its checkpoints and tore metrics.jsonl. A file
+ * system without flock (Lustre mounted without it) gets a warning. */
+static int lock_out_dir(Run *r, const char *dir, FILE *err) {
+  char path[4200], holder[256] = "";
+  snprintf(path, sizeof path, "%s/.fmhpc.lock", dir);
+  const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    fm_warn0("cannot open %s (%s): a second run into this out_dir would not be stopped", path, strerror(errno));
+    return 0;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (e != EWOULDBLOCK) {
+      fm_warn0("cannot lock %s (%s): a second run into this out_dir would not be stopped", path, strerror(e));
+      close(fd);
+      return 0;
+    }
+    const ssize_t n = read(fd, holder, sizeof holder - 1);
+    holder[n > 0 ? n : 0] = '\0';
+    holder[strcspn(holder, "\n")] = '\0';
+    if (err)
+      fprintf(err,
+              "fmhpc: &run out_dir = '%s' is in use by another run (%s): two runs in one out_dir write the same "
+              "checkpoints and metrics.jsonl\nhint: wait for that run to end, or give this one another out_dir\n",
+              dir, holder[0] ? holder : "its lock file names no process");
+    close(fd);
+    return FM_EIO;
+  }
+  char host[128] = "?";
+  gethostname(host, sizeof host - 1);
+  if (ftruncate(fd, 0) == 0) dprintf(fd, "pid %ld on %s\n", (long)getpid(), host);
+  r->lock_fd = fd;
+  r->locked = true;
+  return 0;
+}
+
 /* The checkpoint directory, at the start: created and writable, so that a
  * mistyped or read-only &ckpt dir stops the run now, not at its first
  * checkpoint hours in (or at a preemption signal, with &ckpt every = 0). */
@@ -1076,6 +1120,7 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   }
   snprintf(path, sizeof path, "%s/metrics.jsonl", c->run.out_dir);
   if (r.lead) rc = check_out_dir(c->run.out_dir, err);
+  if (r.lead && !rc) rc = lock_out_dir(&r, c->run.out_dir, err);
   if (r.lead && !rc) rc = check_ckpt_dir(r.ckpt_dir, c->ckpt.dir, err);
   if (r.lead && !rc)
     rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, deck, start, loaded, err)

@@ -60,6 +60,11 @@
 #             no checkpoint, metrics.jsonl valid; the requeued run trains all
 #             steps; a signal during the start-up of a resumed run: exit 3, and
 #             the next run resumes from the same checkpoint
+#   out_dir_lock  a second run into an out_dir whose run is still going (held
+#             mid-checkpoint by FMHPC_CKPT_TEST_HOLD) is refused at start, exit 1,
+#             naming the holder's pid (both ran, resumed each other's checkpoint
+#             and tore metrics.jsonl); the first then finishes, and the
+#             directory is free again for the next run
 #   messages  10 failing 2-rank runs (5 agreed errors that exit, 5 out-of-memory
 #             aborts on every rank): fmhpc's own message is in every output
 set -euo pipefail
@@ -85,6 +90,28 @@ expect() {
 }
 
 case $case_ in
+out_dir_lock)
+  D=$WORK/out_dir_lock
+  rm -rf "$D" && mkdir -p "$D"
+  FMHPC_CKPT_TEST_HOLD=2:write:$D/hold timeout -k 5 120 "$MPIEXEC" -n 2 "$FMHPC" "${TRAIN[@]}" ckpt%every=1 \
+    "run%out_dir='$D/run'" > "$D/first.log" 2>&1 &
+  job=$!
+  for _ in $(seq 900); do [ -e "$D/hold.held" ] || ! kill -0 $job 2> /dev/null && break; sleep 0.1; done
+  [ -e "$D/hold.held" ] || { wait $job || true; tail -20 "$D/first.log"; fail "first: never reached the hold"; }
+  pid=$(grep -o 'pid [0-9]*' "$D/run/.fmhpc.lock" | cut -c5-)
+  expect second 60 1 "fmhpc: &run out_dir = '$D/run' is in use by another run \(pid $pid on [^)]*\): two runs in one out_dir write the same checkpoints and metrics.jsonl" \
+    "${TRAIN[@]}" ckpt%every=1 "run%out_dir='$D/run'"
+  grep -q "^hint: wait for that run to end, or give this one another out_dir" "$WORK/second.log" || fail "second: no hint"
+  ! grep -q "^step " "$WORK/second.log" || fail "second: trained"
+  touch "$D/hold.go"
+  rc=0
+  wait $job || rc=$?
+  [ "$rc" = 0 ] || { tail -20 "$D/first.log"; fail "first: exited $rc after the second was refused"; }
+  /usr/bin/python3 -c "import json, sys; [json.loads(l) for l in open(sys.argv[1])]" "$D/run/metrics.jsonl" ||
+    fail "metrics.jsonl is not JSON lines"
+  expect third 120 0 "nothing to train" "${TRAIN[@]}" ckpt%every=1 "run%out_dir='$D/run'"
+  echo "PASS: out_dir_lock"
+  ;;
 preempt_startup)
   D=$WORK/preempt_startup
   rm -rf "$D"

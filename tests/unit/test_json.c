@@ -142,13 +142,19 @@ FM_TEST(json_rejects_with_place) {
   expect_error("", 1, 1, "end of input");
 }
 
+/* fm_json_write_str of s[0..n) into a new string (caller frees); its length in *len. */
+static char *written(const char *s, size_t n, size_t *len) {
+  char *buf = NULL;
+  FILE *f = open_memstream(&buf, len);
+  fm_json_write_str(f, s, n);
+  fclose(f);
+  return buf;
+}
+
 FM_TEST(json_write_roundtrip) {
   const char raw[] = "q\"b\\s\n\x01\xc3\xa9";
-  char *buf = NULL;
   size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  fm_json_write_str(f, raw, sizeof raw - 1);
-  fclose(f);
+  char *buf = written(raw, sizeof raw - 1, &len);
   FM_EXPECT_EQ_STR(buf, "\"q\\\"b\\\\s\\n\\u0001\xc3\xa9\"");
   FmJsonDoc d;
   FM_REQUIRE(fm_json_parse(&d, buf, len, 0, NULL) == 0);
@@ -166,11 +172,8 @@ FM_TEST(json_write_invalid_utf8_as_replacement) {
   const char raw[] =
       "a\x81\x96"
       "b\xe2\x82\xac\xf0\x9f\x98\x80\xff\xc3";
-  char *buf = NULL;
   size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  fm_json_write_str(f, raw, sizeof raw - 1);
-  fclose(f);
+  char *buf = written(raw, sizeof raw - 1, &len);
   FM_EXPECT_EQ_STR(buf, "\"a\\ufffd\\ufffdb\xe2\x82\xac\xf0\x9f\x98\x80\\ufffd\\ufffd\"");
   FmJsonDoc d;
   FM_REQUIRE(fm_json_parse(&d, buf, len, 0, NULL) == 0);

@@ -92,24 +92,35 @@ FM_TEST(inv_sqrt_matches_fairseq_form) {
   FM_EXPECT(fm_lr_at(&s, 2000) < fm_lr_at(&s, 1000)); /* decays on past T */
 }
 
-/* W = 0 would make lr*sqrt(W/t) zero at every step: a deck error naming the key. */
-FM_TEST(inv_sqrt_needs_warmup) {
+/* The deck "t.in" = text binds, and fm_schedule_from_deck refuses it: its
+ * messages into *msgs (caller frees; NULL when the deck did not bind). */
+static void schedule_refused(const char *text, char **msgs) {
   FmDeck d;
   fm_deck_init(&d);
-  FmDeckSource src = {"t.in", "&optim schedule='inv_sqrt', warmup_steps=0 /\n&train steps=100 /\n", false};
-  char *msgs = NULL;
-  FM_REQUIRE(deck_bind_capture(&d, 1, &src, &msgs) == 0);
-  free(msgs);
+  FmDeckSource src = {"t.in", text, false};
+  *msgs = NULL;
+  const int bound = deck_bind_capture(&d, 1, &src, msgs);
+  free(*msgs);
+  *msgs = NULL;
+  FM_REQUIRE(bound == 0);
   size_t len = 0;
-  FILE *err = open_memstream(&msgs, &len);
+  FILE *err = open_memstream(msgs, &len);
   FmSchedule s;
   FM_EXPECT_EQ_INT(fm_schedule_from_deck(&s, &d, err), FM_EDECK);
   fclose(err);
+  fm_deck_free(&d);
+}
+
+/* W = 0 would make lr*sqrt(W/t) zero at every step: a deck error naming the key. */
+FM_TEST(inv_sqrt_needs_warmup) {
+  char *msgs;
+  schedule_refused("&optim schedule='inv_sqrt', warmup_steps=0 /\n&train steps=100 /\n", &msgs);
   FM_EXPECT_CONTAINS(msgs, "t.in:1:29: &optim warmup_steps");
   FM_EXPECT_CONTAINS(msgs, "needs warmup_steps >= 1");
   free(msgs);
-  fm_deck_free(&d);
+  FmDeck d;
   fm_deck_init(&d);
+  FmSchedule s;
   FmDeckSource ok = {"t.in", "&optim schedule='inv_sqrt', warmup_steps=1, lr=1e-3 /\n&train steps=100 /\n", false};
   FM_REQUIRE(deck_bind_capture(&d, 1, &ok, &msgs) == 0);
   free(msgs);
@@ -131,18 +142,10 @@ FM_TEST(schedule_from_deck) {
   FM_EXPECT(s.kind == fm_schedule_find("wsd") && s.warmup == 20 && s.steps == 100 && s.lr == 1e-3);
   fm_deck_free(&d);
 
-  fm_deck_init(&d);
-  FmDeckSource bad = {"t.in", "&optim warmup_steps=200 /\n&train steps=100 /\n", false};
-  FM_REQUIRE(deck_bind_capture(&d, 1, &bad, &msgs) == 0);
-  free(msgs);
-  size_t len = 0;
-  FILE *err = open_memstream(&msgs, &len);
-  FM_EXPECT_EQ_INT(fm_schedule_from_deck(&s, &d, err), FM_EDECK);
-  fclose(err);
+  schedule_refused("&optim warmup_steps=200 /\n&train steps=100 /\n", &msgs);
   FM_EXPECT_CONTAINS(msgs, "t.in:1:8: &optim warmup_steps");
   FM_EXPECT_CONTAINS(msgs, "must be <= &train steps = 100");
   free(msgs);
-  fm_deck_free(&d);
 }
 
 /* A deck's WSD cooldown that does not fit after the warmup, or rounds to no
@@ -161,20 +164,10 @@ FM_TEST(wsd_cooldown_from_deck_must_fit) {
        "hint: decay_fraction >= 0.005 gives one cooldown step"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-    FmDeck d;
-    fm_deck_init(&d);
-    FmDeckSource src = {"t.in", cases[i].text, false};
-    char *msgs = NULL;
-    FM_REQUIRE(deck_bind_capture(&d, 1, &src, &msgs) == 0);
-    free(msgs);
-    size_t len = 0;
-    FILE *err = open_memstream(&msgs, &len);
-    FmSchedule s;
-    FM_EXPECT_EQ_INT(fm_schedule_from_deck(&s, &d, err), FM_EDECK);
-    fclose(err);
+    char *msgs;
+    schedule_refused(cases[i].text, &msgs);
     FM_EXPECT_CONTAINS(msgs, cases[i].want);
     FM_EXPECT_CONTAINS(msgs, cases[i].hint);
     free(msgs);
-    fm_deck_free(&d);
   }
 }

@@ -33,8 +33,7 @@ typedef struct FmNlValue {
   FmNlKind kind;
   int64_t i;        /* FM_NL_INT */
   double r;         /* FM_NL_REAL */
-  bool big; /* an integer literal beyond int64: kept as FM_NL_REAL (a REAL key takes it; an INTEGER key names the limit)
-             */
+  bool big;         /* an integer beyond int64, kept as FM_NL_REAL: a REAL key takes it */
   bool b;           /* FM_NL_BOOL */
   const char *s;    /* FM_NL_STR: the text with quotes undone; FM_NL_WORD: the word */
   const char *text; /* the value as written (not NUL-terminated), for messages */

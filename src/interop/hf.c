@@ -93,6 +93,8 @@ int fm_hf_export(const char *dir, const FmModelKind *k, const FmModelDims *d, co
   if (!rc) fsync_dir(dir);
   if (rc && cfg_tmp) remove(cfg_tmp);
   if (rc && model_tmp) remove(model_tmp);
+  if (rc)
+    rmdir(dir); /* left empty by the failure (a full disk): not left looking like an export; one with files stays */
   free(cfg_tmp);
   free(model_tmp);
   free(cfg);

@@ -20,7 +20,7 @@
 #           small_out: out_dir on a 1 MiB tmpfs (the checkpoints elsewhere): final/
 #             cannot be written; the failure is said with where the weights are,
 #             nothing claims final/, summary.json and loss.png are whole or absent.
-#           tiny_out: out_dir with its ckpt/ on a 20 KiB tmpfs: the last checkpoint,
+#           tiny_out: out_dir with its ckpt/ on a tmpfs that metrics.jsonl fills: the last checkpoint,
 #             final/, summary.json and loss.png each fail and are said; none
 #             is left cut short or announced; the weights are said to be lost.
 #   dir   a &ckpt dir whose parents are missing is created; one under a regular
@@ -144,6 +144,7 @@ PY
     "$D/small_out.log" || { tail -20 "$D/small_out.log"; fail "small_out: no message naming where the weights are"; }
   grep -q "^hint: eval, generate, ifd and &model init_from read that checkpoint as it is" "$D/small_out.log" || fail "small_out: no hint"
   ! grep -q "final/ (HF safetensors)" "$D/small_out.log" || fail "small_out: final/ announced as written"
+  [ ! -e "$M2/run/final" ] || { ls -la "$M2/run/final"; fail "small_out: an empty final/ is left"; }
   ! grep -q "weights are in $M2/run/final" "$D/small_out.log" || fail "small_out: the weights said to be in final/"
   [ ! -e "$M2/run/summary.json" ] || /usr/bin/python3 -c "import json, sys; json.load(open(sys.argv[1]))" "$M2/run/summary.json" ||
     fail "small_out: summary.json is not whole JSON"
@@ -152,10 +153,14 @@ PY
   verify "$D/ck3/step_00000002.h5"
   echo "small_out: exit 1, $(grep -o 'the export to .*' "$D/small_out.log")"
   umount "$M2"
-  # 4. out_dir and its ckpt/ on a 20 KiB tmpfs: metrics.jsonl takes it all; the last checkpoint, final/, summary.json
+  # 4. out_dir and its ckpt/ on a tmpfs that metrics.jsonl fills: the last checkpoint, final/, summary.json
   # and loss.png each fail, each is said (loss.png was renamed into place cut short, summary.json left empty), and
   # the weights are said to be nowhere
-  mount -t tmpfs -o size=20k tmpfs "$M2"
+  # the size: the pages metrics.jsonl and the out_dir lock take (measured by the same run on a normal disk), so
+  # that nothing else fits whatever the deck's length
+  run tiny_probe 120 0 train%steps=2 ckpt%every=2 "run%out_dir='$D/tiny_probe'" log%plot=F
+  pages=$(( ($(stat -c %s "$D/tiny_probe/metrics.jsonl") + 4095) / 4096 + 1 ))
+  mount -t tmpfs -o size=$((pages * 4))k tmpfs "$M2"
   run tiny_out 120 1 train%steps=2 ckpt%every=2 "run%out_dir='$M2/run'" log%plot=T
   for want in "cannot write the run summary $M2/run/summary.json: No space left on device" \
     "fmhpc: the plot '$M2/run/loss.png.tmp' was written short (is the file system full?): no loss.png" \

@@ -1106,6 +1106,15 @@ static double free_bytes(const char *dir) {
   return statvfs(dir, &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1.0;
 }
 
+const char *fm_ckpt_space_short(const char *dir, const FmCkptState *s, char *why, size_t n) {
+  const double need = ckpt_bytes(s), avail = free_bytes(dir);
+  if (getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") || avail < 0 || avail >= need) return NULL;
+  char a[32], b[32];
+  snprintf(why, n, "%s has %s free; a checkpoint of this run needs about %s", dir, fm_fmt_bytes(b, sizeof b, avail),
+           fm_fmt_bytes(a, sizeof a, need));
+  return why;
+}
+
 /* Rank 0, before anything is created: the directory, the free space, and
  * latest.tmp already holding the new name (so the commit only renames: it
  * needs no new disk block after the write). */

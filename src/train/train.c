@@ -1122,6 +1122,16 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   if (r.lead) rc = check_out_dir(c->run.out_dir, err);
   if (r.lead && !rc) rc = lock_out_dir(&r, c->run.out_dir, err);
   if (r.lead && !rc) rc = check_ckpt_dir(r.ckpt_dir, c->ckpt.dir, err);
+  if (r.lead && !rc && tp->size == 1) { /* said at start, not at the first checkpoint hours in (tp > 1: canonical
+                                         * tensors, sized at the write) */
+    FmCkptState s = ckpt_state(&r, start);
+    char why[4400];
+    if (fm_ckpt_space_short(r.ckpt_dir, &s, why, sizeof why))
+      fm_warn0(
+          "&ckpt dir: %s: the first checkpoint (&ckpt every = %lld, or a preemption) would fail\nhint: free "
+          "space there or point &ckpt dir at a larger file system; each checkpoint checks again",
+          why, (long long)c->ckpt.every);
+  }
   if (r.lead && !rc)
     rc = start > 0 ? fm_metrics_open_resume(&r.metrics, c->log.metrics ? path : NULL, deck, start, loaded, err)
                    : fm_metrics_open(&r.metrics, c->log.metrics ? path : NULL, deck, err);

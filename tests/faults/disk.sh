@@ -20,6 +20,8 @@
 #           small_out: out_dir on a 1 MiB tmpfs (the checkpoints elsewhere): final/
 #             cannot be written; the failure is said with where the weights are,
 #             nothing claims final/, summary.json and loss.png are whole or absent.
+#           ck_small: &ckpt dir on that 1 MiB tmpfs: a warning with both sizes
+#             before step 1, then the checkpoint fails as before.
 #           tiny_out: out_dir with its ckpt/ on a tmpfs that metrics.jsonl fills: the last checkpoint,
 #             final/, summary.json and loss.png each fail and are said; none
 #             is left cut short or announced; the weights are said to be lost.
@@ -152,6 +154,14 @@ PY
     fail "small_out: loss.png cut short"
   verify "$D/ck3/step_00000002.h5"
   echo "small_out: exit 1, $(grep -o 'the export to .*' "$D/small_out.log")"
+  # the checkpoints on that 1 MiB tmpfs: said at start, before step 1 (it was said only at the first checkpoint)
+  run ck_small 120 1 train%steps=2 ckpt%every=2 "ckpt%dir='$M2/ck'" "run%out_dir='$D/ck_small'"
+  want="fmhpc: warning: &ckpt dir: $M2/ck has "
+  grep -qE "fmhpc: warning: &ckpt dir: $M2/ck has [0-9.]+ [KMG]?i?B free; a checkpoint of this run needs about [0-9.]+ [KMG]?i?B: the first checkpoint \(&ckpt every = 2, or a preemption\) would fail" \
+    "$D/ck_small.log" || { tail -20 "$D/ck_small.log"; fail "ck_small: no start-up warning"; }
+  [ "$(grep -nF "$want" "$D/ck_small.log" | cut -d: -f1)" -lt "$(grep -n '^step ' "$D/ck_small.log" | head -1 | cut -d: -f1)" ] ||
+    fail "ck_small: the warning came after step 1"
+  echo "ck_small: exit 1, $(grep -oF "$want" "$D/ck_small.log")..."
   umount "$M2"
   # 4. out_dir and its ckpt/ on a tmpfs that metrics.jsonl fills: the last checkpoint, final/, summary.json
   # and loss.png each fail, each is said (loss.png was renamed into place cut short, summary.json left empty), and

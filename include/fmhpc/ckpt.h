@@ -174,11 +174,12 @@ int fm_ckpt_list(const char *dir, char ***paths);
  * same on every rank. Collective. */
 void fm_ckpt_new_run_id(FmComm *comm, int64_t seed, char id[FM_CKPT_RUN_ID_LEN]);
 
-/* SIGUSR1 and SIGTERM set a flag (nothing else happens in the handler). */
 /* Where a checkpoint of state s would not fit in dir's free space now: the
  * figures in why (returned), else NULL. A run checks at start; each write
- * checks again. */
+ * checks again. Local (no collective): the lead rank asks. */
 const char *fm_ckpt_space_short(const char *dir, const FmCkptState *s, char *why, size_t n);
+
+/* SIGUSR1 and SIGTERM set a flag (nothing else happens in the handler). */
 void fm_ckpt_signals_install(void);
 int fm_ckpt_signal_pending(void);
 void fm_ckpt_signal_clear(void);

@@ -175,8 +175,8 @@ int fm_ckpt_list(const char *dir, char ***paths);
 void fm_ckpt_new_run_id(FmComm *comm, int64_t seed, char id[FM_CKPT_RUN_ID_LEN]);
 
 /* Where a checkpoint of state s would not fit in dir's free space now: the
- * figures in why (returned), else NULL. A run checks at start; each write
- * checks again. Local (no collective): the lead rank asks. */
+ * message with both figures in why (returned), else NULL. Each write checks
+ * with it, and a run at start. Local (no collective): the lead rank asks. */
 const char *fm_ckpt_space_short(const char *dir, const FmCkptState *s, char *why, size_t n);
 
 /* SIGUSR1 and SIGTERM set a flag (nothing else happens in the handler). */

@@ -1110,8 +1110,8 @@ const char *fm_ckpt_space_short(const char *dir, const FmCkptState *s, char *why
   const double need = ckpt_bytes(s), avail = free_bytes(dir);
   if (getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") || avail < 0 || avail >= need) return NULL;
   char a[32], b[32];
-  snprintf(why, n, "%s has %s free; a checkpoint of this run needs about %s", dir, fm_fmt_bytes(b, sizeof b, avail),
-           fm_fmt_bytes(a, sizeof a, need));
+  snprintf(why, n, "%s: no space for a checkpoint: it needs about %s, %s is free (disk full or quota)", dir,
+           fm_fmt_bytes(a, sizeof a, need), fm_fmt_bytes(b, sizeof b, avail));
   return why;
 }
 
@@ -1136,13 +1136,7 @@ static int prepare_dir(const char *dir, const FmCkptState *s, const char *final,
              final, other, s->run_id);
     return FM_EIO;
   }
-  const double need = ckpt_bytes(s), avail = free_bytes(dir);
-  if (!getenv("FMHPC_CKPT_TEST_NO_SPACE_CHECK") && avail >= 0 && avail < need) {
-    char a[32], b[32];
-    snprintf(why, WHY, "%s: no space for a checkpoint: it needs about %s, %s is free (disk full or quota)", dir,
-             fm_fmt_bytes(a, sizeof a, need), fm_fmt_bytes(b, sizeof b, avail));
-    return FM_EIO;
-  }
+  if (fm_ckpt_space_short(dir, s, why, WHY)) return FM_EIO;
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s/latest.tmp", dir);
   FILE *f = fopen(tmp, "w");

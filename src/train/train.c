@@ -1128,8 +1128,8 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
     char why[4400];
     if (fm_ckpt_space_short(r.ckpt_dir, &s, why, sizeof why))
       fm_warn0(
-          "&ckpt dir: %s: the first checkpoint (&ckpt every = %lld, or a preemption) would fail\nhint: free "
-          "space there or point &ckpt dir at a larger file system; each checkpoint checks again",
+          "&ckpt dir %s; found at start, so the first checkpoint (&ckpt every = %lld, or a preemption) would fail\n"
+          "hint: free space there or point &ckpt dir at a larger file system; each checkpoint checks again",
           why, (long long)c->ckpt.every);
   }
   if (r.lead && !rc)
@@ -1254,10 +1254,16 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   if (r.valid) snprintf(vbuf, sizeof vbuf, "%.6f", val);
   fm_log0("done: %lld steps in %.1f s, final loss %.6f, val loss %s, %lld skipped, %lld redone; weights sha256 %s",
           (long long)rec.step, secs, rec.loss, vbuf, (long long)r.skipped, (long long)r.red.redone, hash);
-  if (r.lead && (c->log.metrics || summarised || exported))
-    fm_log0("wrote %s/%s%s%s", c->run.out_dir, c->log.metrics ? "metrics.jsonl" : "",
-            summarised ? (c->log.metrics ? ", summary.json" : "summary.json") : "",
-            exported ? (c->log.metrics || summarised ? ", final/ (HF safetensors)" : "final/ (HF safetensors)") : "");
+  if (r.lead) { /* only what was written */
+    const char *names[] = {c->log.metrics ? "metrics.jsonl" : NULL, summarised ? "summary.json" : NULL,
+                           exported ? "final/ (HF safetensors)" : NULL};
+    FmStr wrote;
+    fm_str_init(&wrote);
+    for (int i = 0; i < 3; i++)
+      if (names[i]) fm_str_printf(&wrote, "%s%s", wrote.len ? ", " : "", names[i]);
+    if (wrote.len) fm_log0("wrote %s/%s", c->run.out_dir, wrote.s);
+    fm_str_free(&wrote);
+  }
   if (final_failed && err && exported)
     fprintf(err,
             "fmhpc: the checkpoint of the last step (%lld) failed (above): the run's weights are in %s/final%s, "
@@ -1266,7 +1272,7 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
             "the newest checkpoint there and reaches the same weights\n",
             (long long)rec.step, c->run.out_dir,
             summarised ? " and summary.json (\"final_checkpoint\": \"failed\")" : "", r.ckpt_dir, r.ckpt_dir);
-  else if (r.lead && !exported && err && final_ckpt[0] == 'w')
+  else if (r.lead && !exported && err && !strcmp(final_ckpt, "written"))
     fprintf(err,
             "fmhpc: the export to %s/final failed (above): the weights of step %lld are in its checkpoint in %s; "
             "exit status 1\nhint: eval, generate, ifd and &model init_from read that checkpoint as it is\n",

@@ -156,8 +156,8 @@ PY
   echo "small_out: exit 1, $(grep -o 'the export to .*' "$D/small_out.log")"
   # the checkpoints on that 1 MiB tmpfs: said at start, before step 1 (it was said only at the first checkpoint)
   run ck_small 120 1 train%steps=2 ckpt%every=2 "ckpt%dir='$M2/ck'" "run%out_dir='$D/ck_small'"
-  want="fmhpc: warning: &ckpt dir: $M2/ck has "
-  grep -qE "fmhpc: warning: &ckpt dir: $M2/ck has [0-9.]+ [KMG]?i?B free; a checkpoint of this run needs about [0-9.]+ [KMG]?i?B: the first checkpoint \(&ckpt every = 2, or a preemption\) would fail" \
+  want="fmhpc: warning: &ckpt dir $M2/ck: no space for a checkpoint: "
+  grep -qE "fmhpc: warning: &ckpt dir $M2/ck: no space for a checkpoint: it needs about [0-9.]+ [KMG]?i?B, [0-9.]+ [KMG]?i?B is free \(disk full or quota\); found at start, so the first checkpoint \(&ckpt every = 2, or a preemption\) would fail" \
     "$D/ck_small.log" || { tail -20 "$D/ck_small.log"; fail "ck_small: no start-up warning"; }
   [ "$(grep -nF "$want" "$D/ck_small.log" | cut -d: -f1)" -lt "$(grep -n '^step ' "$D/ck_small.log" | head -1 | cut -d: -f1)" ] ||
     fail "ck_small: the warning came after step 1"

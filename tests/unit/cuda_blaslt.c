@@ -53,7 +53,7 @@ FM_TEST(missing_library_message) {
   FM_EXPECT_CONTAINS(why, "cannot load cuBLASLt (/nonexistent/libcublasLt.so.99: ");
   FM_EXPECT_CONTAINS(why, "), which the CUDA backend's GEMMs need\n");
   FM_EXPECT_CONTAINS(why,
-                     "  hint: put the CUDA toolkit's library directory on LD_LIBRARY_PATH (module load cuda), "
+                     "hint: put the CUDA toolkit's library directory on LD_LIBRARY_PATH (module load cuda), "
                      "or set &train backend = 'cpu'");
   FM_EXPECT(fm_cuda_blaslt_version() == -1);
 }
@@ -66,7 +66,7 @@ FM_TEST(wrong_library_message) {
            "libz.so.1 has no cublasLtGetVersion: it is not the cuBLASLt %d this build was compiled against\n",
            FMHPC_TEST_CUDA_MAJOR);
   FM_EXPECT_CONTAINS(why, want);
-  snprintf(want, sizeof want, "  hint: put the CUDA %d toolkit's library directory first on LD_LIBRARY_PATH",
+  snprintf(want, sizeof want, "hint: put the CUDA %d toolkit's library directory first on LD_LIBRARY_PATH",
            FMHPC_TEST_CUDA_MAJOR);
   FM_EXPECT_CONTAINS(why, want);
   FM_EXPECT(fm_cuda_blaslt_version() == -1);

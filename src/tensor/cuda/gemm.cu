@@ -142,7 +142,7 @@ extern "C" int fm_cuda_blaslt_load(const char *path, char *why, int n) {
   if (!so) {
     snprintf(why, (size_t)n,
              "cannot load cuBLASLt (%s), which the CUDA backend's GEMMs need\n"
-             "  hint: put the CUDA toolkit's library directory on LD_LIBRARY_PATH (module load cuda), "
+             "hint: put the CUDA toolkit's library directory on LD_LIBRARY_PATH (module load cuda), "
              "or set &train backend = 'cpu'",
              err);
     return FM_ENODEV;
@@ -157,7 +157,7 @@ extern "C" int fm_cuda_blaslt_load(const char *path, char *why, int n) {
   if (missing) {
     snprintf(why, (size_t)n,
              "%s has no %s: it is not the cuBLASLt %d this build was compiled against\n"
-             "  hint: put the CUDA %d toolkit's library directory first on LD_LIBRARY_PATH",
+             "hint: put the CUDA %d toolkit's library directory first on LD_LIBRARY_PATH",
              got, missing, CUBLAS_VER_MAJOR, CUBLAS_VER_MAJOR);
     dlclose(so);
     return FM_ENODEV;

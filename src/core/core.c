@@ -5,10 +5,12 @@
 #include "fmhpc/core.h"
 
 #include <ctype.h>
+#include <malloc.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 static const char *const status_msg[] = {
@@ -137,6 +139,26 @@ void *fm_xrealloc(void *p, size_t n) {
   void *q = realloc(p, n ? n : 1);
   if (!q) fm_abort_one(1, "out of memory reallocating %zu bytes", n);
   return q;
+}
+bool fm_heap_huge(size_t bytes) {
+#if defined(__GLIBC__) && defined(MADV_HUGEPAGE)
+  const size_t H = (size_t)2 << 20;
+  if (bytes < 2 * H || bytes > (size_t)1 << 29) return false;
+  /* below the mmap threshold (bytes + H: a request of exactly `bytes` stays on the heap), trimmed only
+   * above twice the reserve, grown by the reserve at a time */
+  if (!mallopt(M_MMAP_THRESHOLD, (int)(bytes + H)) || !mallopt(M_TRIM_THRESHOLD, (int)(2 * bytes)) ||
+      !mallopt(M_TOP_PAD, (int)bytes))
+    return false;
+  char *a = malloc(bytes); /* the heap now spans it; freed, it stays as the top chunk the buffers come from */
+  if (!a) return false;
+  uintptr_t lo = ((uintptr_t)a + H - 1) & ~(uintptr_t)(H - 1), hi = ((uintptr_t)a + bytes) & ~(uintptr_t)(H - 1);
+  bool ok = hi > lo && madvise((void *)lo, hi - lo, MADV_HUGEPAGE) == 0;
+  free(a);
+  return ok;
+#else
+  (void)bytes;
+  return false;
+#endif
 }
 char *fm_xstrndup(const char *s, size_t n) {
   char *d = fm_xmalloc(n + 1);

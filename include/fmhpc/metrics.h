@@ -47,6 +47,9 @@ void fm_metrics_plot(const FmMetrics *m, FILE *out, int width, int height);
 /* &log plot at the end of training: out_dir/loss.png from metrics.jsonl (the
  * whole run, resumes included) or, without it, from this process's steps. */
 int fm_metrics_plot_png(const FmMetrics *m, FILE *err);
+/* NULL while every record reached metrics.jsonl; after a write failed (it
+ * warned then): which record, e.g. "step 12's record". */
+const char *fm_metrics_lost(const FmMetrics *m);
 /* Last validation loss (NAN when none). */
 double fm_metrics_last_eval(const FmMetrics *m);
 void fm_metrics_close(FmMetrics *m);

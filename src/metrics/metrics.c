@@ -2,13 +2,16 @@
  * validation, losses as %.9e and hex floats so a reader gets the exact bits),
  * the same scalars to TensorBoard (tfevents.c), the curves kept in memory for
  * the text chart and the PNG (plot.c). Files are flushed every record: a
- * killed run keeps everything up to its last step. */
+ * killed run keeps everything up to its last step; a write that fails (a full
+ * disk) is said once and ends the file's records for the run. */
 #include "fmhpc/metrics.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "fmhpc/core.h"
 #include "fmhpc/json.h"
@@ -19,6 +22,7 @@ struct FmMetrics {
   char out_dir[4096]; /* &run out_dir: loss.png, event files */
   FmCurve curve;      /* this process's steps and validations */
   FmTfEvents *tb;     /* &log tensorboard, else NULL */
+  char lost[64];      /* the record metrics.jsonl failed at ("step 12's record"), or "" */
 };
 
 static FmMetrics *create(const char *path, const FmDeck *deck) {
@@ -61,6 +65,27 @@ static void tb_failed(FmMetrics *m) {
   m->tb = NULL;
 }
 
+/* After each record: a write that failed (a full disk) warns once, closes
+ * metrics.jsonl and writes no more to it; the curves stay in memory and
+ * training goes on (its checkpoints keep its state). The file ends at or
+ * inside that record: readers take its whole lines. */
+static void flushed(FmMetrics *m, const char *what, int64_t step) {
+  if (!ferror(m->f) && fflush(m->f) == 0) return;
+  const int e = errno ? errno : EIO;
+  if (step >= 0)
+    snprintf(m->lost, sizeof m->lost, "step %lld's %srecord", (long long)step, what);
+  else
+    snprintf(m->lost, sizeof m->lost, "the %srecord", what);
+  fm_warn0(
+      "cannot write %s (%s) at %s: the file keeps the records before it; none are written to it for the rest "
+      "of this run, which goes on",
+      m->path, strerror(e), m->lost);
+  fclose(m->f);
+  m->f = NULL;
+}
+
+const char *fm_metrics_lost(const FmMetrics *m) { return m && m->lost[0] ? m->lost : NULL; }
+
 int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE *err) {
   FmMetrics *m = create(path, deck);
   *out = m;
@@ -87,9 +112,40 @@ int fm_metrics_open(FmMetrics **out, const char *path, const FmDeck *deck, FILE 
           FMHPC_GIT_REV);
   fm_json_write_str(m->f, text, strlen(text));
   fputs("}\n", m->f);
-  fflush(m->f);
   free(text);
+  if (fflush(m->f) != 0 || ferror(m->f)) {
+    if (err) fprintf(err, "fmhpc: cannot write '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
+    return FM_EIO;
+  }
   return open_tb(m, deck, 0, err);
+}
+
+/* A file cut inside a record (a full disk: flushed() above) ends without a
+ * newline. That fragment is no record, and the resume record appended to it
+ * would make one unreadable line in the middle: it is dropped, and said. */
+static void drop_torn_tail(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return; /* a missing file is created by the append below */
+  char buf[4096];
+  off_t end = fseeko(f, 0, SEEK_END) == 0 ? ftello(f) : -1, keep = -1;
+  for (off_t at = end; keep < 0 && at > 0;) {
+    const off_t n = at > (off_t)sizeof buf ? (off_t)sizeof buf : at;
+    at -= n;
+    if (fseeko(f, at, SEEK_SET) != 0 || fread(buf, 1, (size_t)n, f) != (size_t)n) break;
+    for (off_t i = n; i-- > 0;)
+      if (buf[i] == '\n') {
+        keep = at + i + 1;
+        break;
+      }
+    if (keep < 0 && at == 0) keep = 0;
+  }
+  fclose(f);
+  if (end <= 0 || keep < 0 || keep == end) return;
+  if (truncate(path, keep) == 0)
+    fm_warn0(
+        "%s ended inside a record (the run before was cut while writing it): its last %lld bytes, after the "
+        "last whole record, were dropped",
+        path, (long long)(end - keep));
 }
 
 int fm_metrics_open_resume(FmMetrics **out, const char *path, const FmDeck *deck, int64_t step, const char *ckpt,
@@ -97,6 +153,7 @@ int fm_metrics_open_resume(FmMetrics **out, const char *path, const FmDeck *deck
   FmMetrics *m = create(path, deck);
   *out = m;
   if (!path) return open_tb(m, deck, step, err);
+  drop_torn_tail(path);
   m->f = fopen(path, "a");
   if (!m->f) {
     if (err) fprintf(err, "fmhpc: cannot append to '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
@@ -105,7 +162,10 @@ int fm_metrics_open_resume(FmMetrics **out, const char *path, const FmDeck *deck
   fprintf(m->f, "{\"record\": \"resume\", \"step\": %lld, \"checkpoint\": ", (long long)step);
   fm_json_write_str(m->f, ckpt, strlen(ckpt));
   fputs("}\n", m->f);
-  fflush(m->f);
+  if (fflush(m->f) != 0 || ferror(m->f)) {
+    if (err) fprintf(err, "fmhpc: cannot append to '%s': %s\nhint: check &run out_dir\n", path, strerror(errno));
+    return FM_EIO;
+  }
   return open_tb(m, deck, step, err);
 }
 
@@ -121,7 +181,7 @@ static void put_num(FILE *f, const char *key, double v) {
 void fm_metrics_record(FmMetrics *m, const char *json_line) {
   if (!m || !m->f) return;
   fprintf(m->f, "%s\n", json_line);
-  fflush(m->f);
+  flushed(m, "resume changes ", -1);
 }
 
 void fm_metrics_step(FmMetrics *m, const FmStepRecord *r) {
@@ -141,7 +201,7 @@ void fm_metrics_step(FmMetrics *m, const FmStepRecord *r) {
     put_num(m->f, "compute_s", r->compute_s);
     put_num(m->f, "update_s", r->update_s);
     fprintf(m->f, ", \"skipped\": %s, \"redone\": %lld}\n", r->skipped ? "true" : "false", (long long)r->redone);
-    fflush(m->f);
+    flushed(m, "", r->step);
   }
   if (m->tb) { /* tag -> the metrics.jsonl key it mirrors: tests/metrics/check_tb.py */
     const FmTfScalar v[] = {{"train/loss", r->loss},
@@ -166,7 +226,7 @@ void fm_metrics_eval(FmMetrics *m, int64_t step, double loss, int64_t tokens) {
     fprintf(m->f, ", \"val_loss_hex\": \"%a\"", loss);
     put_num(m->f, "val_ppl", exp(loss));
     fprintf(m->f, ", \"tokens\": %lld}\n", (long long)tokens);
-    fflush(m->f);
+    flushed(m, "validation ", step);
   }
   if (m->tb) {
     const FmTfScalar v[] = {{"val/loss", loss}, {"val/perplexity", exp(loss)}};
@@ -178,7 +238,7 @@ int fm_metrics_plot_png(const FmMetrics *m, FILE *err) {
   if (!m) return 0;
   char png[4200];
   snprintf(png, sizeof png, "%s/loss.png", m->out_dir);
-  if (!m->path[0]) return fm_plot_png(&m->curve, png, err);
+  if (!m->path[0] || m->lost[0]) return fm_plot_png(&m->curve, png, err); /* a cut file: this process's steps */
   FmCurve c;
   int rc = fm_curve_load(&c, m->path, err);
   if (rc) return rc;

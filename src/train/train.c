@@ -1255,7 +1255,10 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   fm_log0("done: %lld steps in %.1f s, final loss %.6f, val loss %s, %lld skipped, %lld redone; weights sha256 %s",
           (long long)rec.step, secs, rec.loss, vbuf, (long long)r.skipped, (long long)r.red.redone, hash);
   if (r.lead) { /* only what was written */
-    const char *names[] = {c->log.metrics ? "metrics.jsonl" : NULL, summarised ? "summary.json" : NULL,
+    const char *lost = fm_metrics_lost(r.metrics);
+    char mj[96];
+    snprintf(mj, sizeof mj, "metrics.jsonl%s%s%s", lost ? " (cut at " : "", lost ? lost : "", lost ? ")" : "");
+    const char *names[] = {c->log.metrics ? mj : NULL, summarised ? "summary.json" : NULL,
                            exported ? "final/ (HF safetensors)" : NULL};
     FmStr wrote;
     fm_str_init(&wrote);

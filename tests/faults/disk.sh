@@ -25,6 +25,8 @@
 #           tiny_out: out_dir with its ckpt/ on a tmpfs that metrics.jsonl fills: the last checkpoint,
 #             final/, summary.json and loss.png each fail and are said; none
 #             is left cut short or announced; the weights are said to be lost.
+#           mfull: the same tmpfs filled by metrics.jsonl at a step of 40: one warning
+#             (file, errno, record), the run goes on, whole records kept, the cut said.
 #   dir   a &ckpt dir whose parents are missing is created; one under a regular
 #         file is a clear error at the start, before step 1; as an unprivileged user
 #         (setpriv, root only), a directory made read-only between step 1 and
@@ -181,6 +183,47 @@ PY
   [ ! -e "$M2/run/summary.json" ] && [ ! -e "$M2/run/loss.png" ] || fail "tiny_out: a cut summary.json or loss.png is left"
   ! grep -q "summary.json, final/\|wrote $M2/run/loss.png" "$D/tiny_out.log" || fail "tiny_out: an unwritten file announced"
   echo "tiny_out: exit 1, $(grep -o 'the export to .*' "$D/tiny_out.log")"
+  umount "$M2"
+  # 5. metrics.jsonl fills that tmpfs at a step of 40 (the checkpoints elsewhere): it was cut with no word and announced
+  # as written; now one warning names the file, errno and the record, the run goes on to its last checkpoint, the
+  # file's whole lines are the deck and steps 1..N-1, and the closing line says where it was cut
+  mount -t tmpfs -o size=$((pages * 4))k tmpfs "$M2"
+  run mfull 120 1 train%steps=40 ckpt%every=40 "ckpt%dir='$D/ck_mf'" "run%out_dir='$M2/run'" log%plot=F
+  re="fmhpc: warning: cannot write $M2/run/metrics.jsonl \\(No space left on device\\) at step ([0-9]+)'s record: the file keeps the records before it; none are written to it for the rest of this run, which goes on"
+  [ "$(grep -cE "^$re\$" "$D/mfull.log")" = 1 ] || { tail -20 "$D/mfull.log"; fail "mfull: not one warning naming the file, errno and the record"; }
+  n=$(grep -E "^$re\$" "$D/mfull.log" | sed -E "s/.* at step ([0-9]+)'s record.*/\1/")
+  grep -q "^done: 40 steps" "$D/mfull.log" || fail "mfull: the run did not go on to step 40"
+  grep -qF "wrote $M2/run/metrics.jsonl (cut at step $n's record)" "$D/mfull.log" || { tail -5 "$D/mfull.log"; fail "mfull: the closing line does not say where metrics.jsonl was cut"; }
+  verify "$D/ck_mf/step_00000040.h5"
+  /usr/bin/python3 - "$M2/run/metrics.jsonl" "$n" <<'PY' || fail "mfull: metrics.jsonl's whole lines are not the deck and steps 1..N-1"
+import json, sys
+text, n = open(sys.argv[1], "rb").read().decode(), int(sys.argv[2])
+recs = [json.loads(l) for l in text.split("\n")[:-1]]
+assert recs[0]["record"] == "deck", recs[0]
+steps = [r["step"] for r in recs[1:]]
+assert 2 <= n <= 40 and steps == list(range(1, n)), (n, steps)
+print(f"mfull: metrics.jsonl keeps the deck and steps 1..{n - 1} whole; the warning came at step {n}")
+PY
+  # space freed, the run resumed from step 40 to 44: a cut record at the end is dropped and said, so the file stays
+  # one record a line, and the end-of-run plot (which reads it) and --plot work
+  cut=$(( $(stat -c %s "$M2/run/metrics.jsonl") - $(python3 -c 'import sys; print(open(sys.argv[1], "rb").read().rfind(b"\n") + 1)' "$M2/run/metrics.jsonl") ))
+  mount -o remount,size=16m "$M2"
+  run mfull_resume 120 0 train%steps=44 ckpt%every=40 "ckpt%dir='$D/ck_mf'" "run%out_dir='$M2/run'" log%plot=T
+  if [ "$cut" -gt 0 ]; then
+    grep -qF "fmhpc: warning: $M2/run/metrics.jsonl ended inside a record (the run before was cut while writing it): its last $cut bytes, after the last whole record, were dropped" \
+      "$D/mfull_resume.log" || { tail -20 "$D/mfull_resume.log"; fail "mfull: the cut record's $cut bytes not said dropped"; }
+  fi
+  grep -qF "wrote $M2/run/loss.png" "$D/mfull_resume.log" || { tail -20 "$D/mfull_resume.log"; fail "mfull: no loss.png after the resume"; }
+  "$FMHPC" --plot "$M2/run" > "$D/mfull_plot.log" 2>&1 || { cat "$D/mfull_plot.log"; fail "mfull: --plot refuses the resumed run's metrics.jsonl"; }
+  /usr/bin/python3 - "$M2/run/metrics.jsonl" "$n" <<'PY' || fail "mfull: the resumed metrics.jsonl is not steps 1..N-1, the resume, 41..44"
+import json, sys
+n = int(sys.argv[2])
+recs = [json.loads(l) for l in open(sys.argv[1])]
+kinds = [(r["record"], r.get("step")) for r in recs if r["record"] != "resume_changes"]  # steps and plot changed
+want = [("deck", None)] + [("step", s) for s in range(1, n)] + [("resume", 40)] + [("step", s) for s in range(41, 45)]
+assert kinds == want, kinds
+print(f"mfull: resumed: deck, steps 1..{n - 1}, resume at 40, steps 41..44, one record a line")
+PY
   umount "$M2"
   echo "PASS: disk fill"
   ;;

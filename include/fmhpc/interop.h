@@ -194,10 +194,10 @@ int fm_model_import(FmModel *m, const char *hf_dir, FmComm *comm, FILE *err);
 int fm_model_check_store(const FmDeck *deck, const FmModelDims *d, const char *path, int64_t seq_len,
                          int64_t vocab_size, FILE *err);
 
-/* &run task = 'export': load the weights to export and write them in HF
- * format to out_dir/hf. Until checkpoints exist the weights come from
- * &model init_from (an HF directory, re-exported); otherwise it fails with a
- * message. Rank 0 does the I/O; every rank returns the same status. */
+/* &run task = 'export': the weights &model init_from names (an fmhpc
+ * checkpoint, step_N.h5, or an HF directory), loaded as fm_model_load loads
+ * them, written in HF format to out_dir/hf by rank 0; without init_from a
+ * deck error. Every rank returns the same status. */
 int fm_interop_export_task(const FmDeck *deck, FmComm *world, FILE *err);
 
 #endif

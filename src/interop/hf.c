@@ -354,37 +354,35 @@ int fm_hf_import(const char *dir, const FmModelKind *k, const FmModelDims *d, co
 }
 
 /* ---- &run task = 'export' --------------------------------------------- */
-static int export_rank0(const FmDeck *deck, const FmModelKind *k, const FmModelDims *d, FILE *err) {
-  FmTensorTable tab;
-  fm_model_param_table(&tab, k, d);
-  float *w = fm_xmalloc((size_t)tab.numel * sizeof *w);
-  int rc = fm_hf_import(deck->c.model.init_from, k, d, &tab, w, err);
-  char *out = join(deck->c.run.out_dir, "hf");
-  if (!rc) rc = fm_hf_export(out, k, d, &tab, w, err);
-  if (!rc) {
-    char buf[32];
-    fm_log0("export: wrote %s/config.json and model.safetensors (%s parameters, fp32)", out,
-            fm_fmt_count(buf, sizeof buf, tab.numel));
-  }
-  free(out);
-  free(w);
-  fm_table_free(&tab);
-  return rc;
-}
-
+/* The weights &model init_from names (an fmhpc checkpoint, step_N.h5, or an
+ * HF directory) through the one model loader, so a checkpoint is read as
+ * eval and generate read it (collective, every checksum verified, its stored
+ * &model compared with the deck's); rank 0 writes out_dir/hf. The model is
+ * made for one position (no training activations). */
 int fm_interop_export_task(const FmDeck *deck, FmComm *world, FILE *err) {
-  const FmModelKind *k = NULL;
-  FmModelDims d;
-  int rc = fm_model_dims(&d, &k, deck, err);
-  if (rc) return rc;
   if (!deck->c.model.init_from[0]) {
     fm_deck_error(deck, err, FM_KEY_model_init_from,
-                  "task 'export' needs weights to export; checkpoints are not readable yet in fmhpc %s, so set "
-                  "init_from to a Hugging Face model directory",
-                  FM_VERSION_STRING);
+                  "task 'export' needs weights to export: an fmhpc checkpoint (step_N.h5) or a Hugging Face model "
+                  "directory (config.json + model.safetensors)");
     return FM_EDECK;
   }
-  int32_t status = world->rank == 0 ? export_rank0(deck, k, &d, err) : 0;
+  FmLoadedModel lm;
+  const FmModelLoadOpts o = {.micro_batch = 1, .hf_dir = deck->c.model.init_from, .context = 1};
+  int rc = fm_model_load(&lm, deck, &o, world, err);
+  int32_t status = rc;
+  if (!rc && world->rank == 0) {
+    char *out = join(deck->c.run.out_dir, "hf");
+    const FmTensorTable *tab = fm_model_params(lm.model);
+    status = fm_hf_export(out, lm.kind, &lm.dims, tab, fm_model_param_arena(lm.model), err);
+    if (!status) {
+      char buf[32];
+      fm_log0("export: wrote %s/config.json and model.safetensors (%s parameters, fp32) from %s", out,
+              fm_fmt_count(buf, sizeof buf, tab->numel), deck->c.model.init_from);
+    }
+    free(out);
+  }
+  if (lm.model) fm_model_free(lm.model);
+  if (rc) return rc; /* the load's status is every rank's already */
   int brc = fm_comm_bcast(world, &status, 1, FM_DT_I32, 0);
   return brc ? brc : status;
 }

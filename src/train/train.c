@@ -1278,7 +1278,8 @@ static int train_on_dp(const FmDeck *deck, FmMesh *mesh, FILE *log) {
   else if (r.lead && !exported && err && !strcmp(final_ckpt, "written"))
     fprintf(err,
             "fmhpc: the export to %s/final failed (above): the weights of step %lld are in its checkpoint in %s; "
-            "exit status 1\nhint: eval, generate, ifd and &model init_from read that checkpoint as it is\n",
+            "exit status 1\nhint: task = 'export' with &model init_from = that checkpoint writes them as HF "
+            "safetensors; eval, generate and ifd read it as it is\n",
             c->run.out_dir, (long long)rec.step, r.ckpt_dir);
   else if (r.lead && !exported && err)
     fprintf(err,

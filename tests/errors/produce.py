@@ -1278,6 +1278,14 @@ def models_cases():
     i2 = jsonl("ifd2.jsonl", ['{"instruction": "a"}\n'])
     i3 = jsonl("ifd3.jsonl", ['{"instruction": "what is it", "output": "a thing"}\n'])
     tok_big = tok_json("tok_big.json", vocab_set("zz", 280))  # 281 ids
+
+    def same_as_final():  # the checkpoint of the last step, exported, is the run's own final/ export, byte for byte
+        for f in ("config.json", "model.safetensors"):
+            a, b = os.path.join(tmp, "x2", "hf", f), os.path.join(md, f)
+            if not os.path.exists(a) or open(a, "rb").read() != open(b, "rb").read():
+                return f"{a} is not {b}"
+        return None
+    AFTER.append(("export_from_checkpoint", same_as_final))
     return [
         ("eval_no_store", [ev("e1.in")], 2, ["&data valid = '': task = 'eval' needs a store (&data valid or train)"]),
         # refused before the passes (it failed after all the work), with the reason
@@ -1344,10 +1352,15 @@ def models_cases():
         ("ifd_output_unwritable", [ifd("i6.in", f"inputs='{i3}' model='{md}' tokenizer='{tok}' output='/proc/nope/x'")], 1,
          ["fmhpc: cannot write /proc/nope/x (&ifd output)"]),
         ("export_without_weights", [deck("x1.in", f"&run task='export' out_dir='{tmp}/x1' /\n{MODEL}")], 2,
-         [re.compile(r"&model init_from = '': task 'export' needs weights to export; checkpoints are not readable yet in "
-                     r"fmhpc [0-9][^,]*, so set init_from to a Hugging Face model directory")]),
+         ["&model init_from = '': task 'export' needs weights to export: an fmhpc checkpoint (step_N.h5) or a Hugging "
+          "Face model directory (config.json + model.safetensors)"]),
+        # a checkpoint exported: it was refused ("checkpoints are not readable yet"); the final step's checkpoint
+        # gives the bytes the run's own final/ export holds (checked below, AFTER)
+        ("export_from_checkpoint", [deck("x2.in", f"&run task='export' out_dir='{tmp}/x2' /\n{MODEL[:-2]} "
+                                                  f"init_from='{fx}/run/ckpt/step_00000002.h5' /\n")], 0,
+         [f"export: wrote {tmp}/x2/hf/config.json and model.safetensors (", f"parameters, fp32) from {fx}/run/ckpt/step_00000002.h5"]),
         ("plot_bad_line", ["--plot", metrics("pl1", '{"step": 1}\nxx\n')], 1,
-         ["pl1/metrics.jsonl:2:1: bad number", "hint: each line must be one JSON record"]),
+         ["fmhpc: " + os.path.join(tmp, "pl1", "metrics.jsonl") + ":2:1: bad number", "hint: each line must be one JSON record"]),
         ("plot_no_steps", ["--plot", metrics("pl2", '{"kind": "start"}\n')], 1,
          ["fmhpc: " + os.path.join(tmp, "pl2", "metrics.jsonl") + " holds no step records yet: nothing to plot"]),
         ("plot_no_run", ["--plot", os.path.join(tmp, "norun")], 1,

@@ -146,7 +146,8 @@ PY
   run small_out 120 1 train%steps=2 "ckpt%dir='$D/ck3'" "run%out_dir='$M2/run'" log%plot=T
   grep -q "fmhpc: the export to $M2/run/final failed (above): the weights of step 2 are in its checkpoint in $D/ck3; exit status 1" \
     "$D/small_out.log" || { tail -20 "$D/small_out.log"; fail "small_out: no message naming where the weights are"; }
-  grep -q "^hint: eval, generate, ifd and &model init_from read that checkpoint as it is" "$D/small_out.log" || fail "small_out: no hint"
+  grep -qF "hint: task = 'export' with &model init_from = that checkpoint writes them as HF safetensors; eval, generate and ifd read it as it is" \
+    "$D/small_out.log" || fail "small_out: no hint"
   ! grep -q "final/ (HF safetensors)" "$D/small_out.log" || fail "small_out: final/ announced as written"
   [ ! -e "$M2/run/final" ] || { ls -la "$M2/run/final"; fail "small_out: an empty final/ is left"; }
   ! grep -q "weights are in $M2/run/final" "$D/small_out.log" || fail "small_out: the weights said to be in final/"

@@ -268,7 +268,7 @@ def case_export_task(fmhpc, tool, work):
     for (canon, layer), ref in expect.items():
         assert np.array_equal(canonical_slice(table, w, canon, layer), ref), f"{canon}[{layer}]"
     p = run([fmhpc] + LLAMA + ["run%task='export'"], want_rc=2)
-    assert "init_from" in p.stderr and "checkpoints are not readable yet" in p.stderr, p.stderr
+    assert "init_from" in p.stderr and "an fmhpc checkpoint (step_N.h5) or a Hugging Face model directory" in p.stderr, p.stderr
     print("export task: bf16 HF dir -> fp32 HF dir, values exact; no init_from is a clear error")
 
 

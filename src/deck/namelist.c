@@ -116,11 +116,26 @@ static int snippet_len(const char *p) {
   return n > 0 ? n : (p[0] ? 1 : 0);
 }
 
+/* A byte of a character outside ASCII, other than a no-break space (which
+ * the blank-like message names where it stands). */
+static bool non_ascii(const char *p) {
+  const unsigned char b = (unsigned char)p[0];
+  return b >= 0x80 && !(b == 0xC2 && (unsigned char)p[1] == 0xA0);
+}
+
 /* A group or key name, lower-cased into buf. */
 static int read_name(Parser *P, char *buf) {
   int n = 0;
   const char *start = P->p;
   while (is_name_char(P->p[n])) n++;
+  if (non_ascii(start + n)) {
+    /* a letter outside ASCII inside a name (&rérun): the whole word is quoted, not the part before it as a name */
+    int m = n;
+    while (m < 64 && (is_name_char(start[m]) || non_ascii(start + m))) m++;
+    char what[96];
+    return fail_at(P, P->line, col_of(P) + n, "name '%.*s' has %s: names are ASCII letters, digits and '_'", m, start,
+                   char_desc(start + n, what, sizeof what));
+  }
   if (n >= FM_NL_NAME_MAX)
     return FAIL(P, "name '%.*s...' is too long (at most %d characters)", 16, start, FM_NL_NAME_MAX - 1);
   for (int i = 0; i < n; i++) buf[i] = (char)tolower((unsigned char)start[i]);

@@ -104,6 +104,11 @@ CLI = [
       "separate values with commas or blanks"]),
     ("byte_after_value", ["--check", deck("d2f.in", b"&optim lr = 3\xff/\n")], 2,
      [":1:14: &optim lr: unexpected byte 0xFF after the value '3'"]),
+    # a name with a letter outside ASCII was cut at it: "&r: unknown group" for &rérun
+    ("group_name_non_ascii", ["--check", deck("d2g.in", "&r\u00e9run task = 'train' /\n")], 2,
+     [":1:3: name 'r\u00e9run' has character U+00E9: names are ASCII letters, digits and '_'"]),
+    ("key_name_non_ascii", ["--check", deck("d2h.in", "&optim l\u00e9arning_rate = 1 /\n")], 2,
+     [":1:9: &optim: name 'l\u00e9arning_rate' has character U+00E9: names are ASCII letters, digits and '_'"]),
     ("null_value", ["--check", deck("d3.in", "&prep inputs = 2* /\n")], 2,
      [":1:16: &prep inputs: expected a value right after '2*' (null values are not supported; write e.g. 4*0.0)"]),
     ("too_many_values", ["--check", deck("d4.in", "&prep inputs = " + ", ".join(["'a'"] * 100) + " /\n")], 2,

@@ -5,8 +5,8 @@
 #include "fmhpc/core.h"
 
 #include <ctype.h>
-#include <malloc.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>

@@ -207,7 +207,7 @@ print(f"mfull: metrics.jsonl keeps the deck and steps 1..{n - 1} whole; the warn
 PY
   # space freed, the run resumed from step 40 to 44: a cut record at the end is dropped and said, so the file stays
   # one record a line, and the end-of-run plot (which reads it) and --plot work
-  cut=$(( $(stat -c %s "$M2/run/metrics.jsonl") - $(python3 -c 'import sys; print(open(sys.argv[1], "rb").read().rfind(b"\n") + 1)' "$M2/run/metrics.jsonl") ))
+  cut=$(( $(stat -c %s "$M2/run/metrics.jsonl") - $(/usr/bin/python3 -c 'import sys; print(open(sys.argv[1], "rb").read().rfind(b"\n") + 1)' "$M2/run/metrics.jsonl") ))
   mount -o remount,size=16m "$M2"
   run mfull_resume 120 0 train%steps=44 ckpt%every=40 "ckpt%dir='$D/ck_mf'" "run%out_dir='$M2/run'" log%plot=T
   if [ "$cut" -gt 0 ]; then

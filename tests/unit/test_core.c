@@ -218,7 +218,7 @@ FM_TEST(warnings_and_errors_are_one_write) {
   FM_EXPECT_EQ_STR(b, "fmhpc: deck.in: bad value\n");
 }
 
-/* fm_heap_huge: a buffer allocated after it is first touched in 2 MiB pages,
+/* fm_heap_huge: a buffer allocated after the call is first touched in 2 MiB pages,
  * so touching 6 MiB takes far fewer faults than its 1536 4 KiB pages (at
  * most the 511 of an unaligned head below the first 2 MiB boundary, plus a
  * few huge ones). */

@@ -369,7 +369,7 @@ int fm_interop_export_task(const FmDeck *deck, FmComm *world, FILE *err) {
   FmLoadedModel lm;
   const FmModelLoadOpts o = {.micro_batch = 1, .hf_dir = deck->c.model.init_from, .context = 1};
   int rc = fm_model_load(&lm, deck, &o, world, err);
-  int32_t status = rc;
+  int32_t status = 0; /* rank 0's export */
   if (!rc && world->rank == 0) {
     char *out = join(deck->c.run.out_dir, "hf");
     const FmTensorTable *tab = fm_model_params(lm.model);
